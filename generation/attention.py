@@ -1,0 +1,38 @@
+"""Attention inputs that keep a reordered WeDLM window one sequence.
+
+transformers infers *packed sequences* from non-monotonic `position_ids` when it gets no 2D mask and no cache
+(masking_utils) and, on FlashAttention, whenever a batch of one arrives without a mask. A WeDLM window's RoPE
+positions are deliberately non-monotonic, so every forward must carry an explicit mask, plus explicit
+`cu_seq_lens_*` for FlashAttention (whose mask builder drops an all-ones mask).
+"""
+
+import torch
+from transformers import PreTrainedConfig
+
+
+def uses_flash_attention(config: PreTrainedConfig) -> bool:
+    return "flash" in str(getattr(config, "_attn_implementation", "") or "")
+
+
+def explicit_attention_kwargs(
+    config: PreTrainedConfig, batch_size: int, query_length: int, past_length: int, device: torch.device
+) -> tuple[torch.Tensor, dict]:
+    """An all-ones 2D mask over past + query, and FlashAttention sequence lengths when that kernel is in use."""
+    attention_mask = torch.ones(batch_size, past_length + query_length, dtype=torch.long, device=device)
+    return attention_mask, flash_sequence_lengths(config, batch_size, query_length, past_length, device)
+
+
+def flash_sequence_lengths(
+    config: PreTrainedConfig, batch_size: int, query_length: int, past_length: int, device: torch.device
+) -> dict:
+    """`cu_seq_lens_*` / `max_length_*` describing unpadded rows, so FlashAttention never infers packing."""
+    if not uses_flash_attention(config):
+        return {}
+    key_length = past_length + query_length
+    steps = torch.arange(batch_size + 1, dtype=torch.int32, device=device)
+    return {
+        "cu_seq_lens_q": steps * query_length,
+        "cu_seq_lens_k": steps * key_length,
+        "max_length_q": query_length,
+        "max_length_k": key_length,
+    }

@@ -1,0 +1,52 @@
+"""`WeDLMCache`: a `DynamicCache` that keeps the K/V of committed tokens and drops everything else.
+
+Every WeDLM forward appends a whole window; afterwards only each row's committed slots may stay. Those are the
+*first* physical slots of the window (committed tokens are fed first, in order), so one `crop` to the batch's
+largest commit keeps them, and rows that committed fewer mark the surplus as holes in `key_mask`. Holes and left
+padding are never attended to. Keys carry their RoPE rotation already, so K/V columns can be moved freely:
+`compact` right-aligns every row's valid columns and drops columns no row uses. It runs whenever more than
+`max_wasted_slots` columns could be freed, which bounds the wasted slots per row to `max_wasted_slots` plus the
+batch's spread of valid lengths (the left padding any rectangular batch needs).
+"""
+
+import torch
+from transformers import DynamicCache
+
+
+class WeDLMCache(DynamicCache):
+    def __init__(self, key_mask: torch.Tensor, max_wasted_slots: int = 32):
+        super().__init__()
+        self.key_mask = key_mask.bool()
+        """(batch, cached columns + pending window): which K/V columns a query may attend to."""
+        self.max_wasted_slots = max_wasted_slots
+
+    def attention_mask(self, window_valid: torch.Tensor) -> torch.Tensor:
+        """2D mask for the next forward: the cached columns, then this window's live slots."""
+        return torch.cat([self.key_mask, window_valid.bool()], dim=1).long()
+
+    def commit(self, num_committed: torch.Tensor, window_length: int) -> None:
+        """After a forward over `window_length` slots, keep each row's first `num_committed` window K/V."""
+        kept = int(num_committed.max()) if num_committed.numel() else 0
+        self.crop(kept - window_length)
+        slots = torch.arange(kept, device=num_committed.device)
+        self.key_mask = torch.cat([self.key_mask, slots[None, :] < num_committed[:, None]], dim=1)
+        if self.key_mask.shape[1] - int(self.key_mask.sum(1).max()) > self.max_wasted_slots:
+            self.compact()
+
+    def compact(self) -> None:
+        """Move each row's valid columns to the right end, in order, and drop the columns no row uses."""
+        valid_per_row = self.key_mask.sum(1)
+        width = int(valid_per_row.max())
+        order = torch.sort(self.key_mask.to(torch.int8), dim=1, stable=True).indices[:, -width:]
+        for layer in self.layers:
+            if not layer.is_initialized:
+                continue
+            index = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1])
+            layer.keys = layer.keys.gather(2, index)
+            layer.values = layer.values.gather(2, index)
+        self.key_mask = self.key_mask.gather(1, order)
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        """Keep only `rows` of the batch (finished rows leave the batch)."""
+        self.batch_select_indices(rows)
+        self.key_mask = self.key_mask[rows]

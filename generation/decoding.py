@@ -1,0 +1,341 @@
+"""WeDLM streaming parallel decoding (spec §2) over a KV cache, batched, as a `custom_generate` callable.
+
+Each step feeds one window per row: its filled slots first (in slot order), its mask slots last, each with its
+logical RoPE position, right after the committed prefix in the cache. The leading filled slots are committed
+from that same forward (their K/V stay in `WeDLMCache`), then low-entropy mask slots are filled. A row whose
+commit ends it (EOS, a stopping criterion, or `max_new_tokens`) leaves the batch before the forward, so the last
+forward of every row is one whose predictions are used.
+"""
+
+import torch
+from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
+from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
+from transformers.generation.streamers import BaseStreamer
+
+from .attention import flash_sequence_lengths
+from .cache import WeDLMCache
+from .outputs import WeDLMGenerateOutput, WeDLMStats
+from .selection import choose_slots, slot_entropy
+from .settings import UNSET, WeDLMSettings
+from .support import check_supported
+
+
+class WindowDecoder:
+    """Decoding state of one `generate` call: the active rows' windows, counters and the output buffer."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        input_ids: torch.LongTensor,
+        prompt_mask: torch.Tensor,
+        settings: WeDLMSettings,
+        generation_config: GenerationConfig,
+        logits_processor: LogitsProcessorList,
+        stopping_criteria: StoppingCriteriaList,
+        streamer: BaseStreamer | None,
+    ):
+        batch_size, self.prompt_length = input_ids.shape
+        device = input_ids.device
+        self.model = model
+        self.settings = settings
+        self.mask_id = settings.mask_token_id
+        self.width = 2 * settings.window_size  # a window plus the slots appended before a commit
+        self.max_new_tokens = generation_config.max_length - self.prompt_length
+        self.do_sample = bool(generation_config.do_sample)
+        self.logits_processor = logits_processor
+        self.user_criteria = [
+            c for c in stopping_criteria if not isinstance(c, (MaxLengthCriteria, EosTokenCriteria))
+        ]
+        self.streamer = streamer
+        self.eos_ids = generation_config._eos_token_tensor
+        pad_id = generation_config._pad_token_tensor
+        pad_id = int(pad_id) if pad_id is not None else (int(self.eos_ids.flatten()[0]) if self.eos_ids is not None else 0)
+        self.keep_scores = bool(generation_config.output_scores)
+        self.keep_logits = bool(generation_config.output_logits)
+
+        self.sequences = torch.full(
+            (batch_size, self.prompt_length + self.max_new_tokens), pad_id, dtype=torch.long, device=device
+        )
+        self.sequences[:, : self.prompt_length] = input_ids
+        self.pad_id = pad_id
+        self.rows = torch.arange(batch_size, device=device)
+        self.slots = torch.arange(self.width, device=device)
+        first_window = min(settings.window_size, self.max_new_tokens)
+        self.window = torch.full((batch_size, self.width), self.mask_id, dtype=torch.long, device=device)
+        self.window_length = torch.full((batch_size,), first_window, dtype=torch.long, device=device)
+        self.generated = torch.zeros(batch_size, dtype=torch.long, device=device)
+        self.prompt_positions = (prompt_mask.long().cumsum(1) - 1).clamp(min=0)
+        self.first_position = prompt_mask.long().sum(1)
+        self.pending_prompt = input_ids  # fed together with the first window
+        self.cache = WeDLMCache(key_mask=prompt_mask)
+        vocab = model.config.get_text_config().vocab_size
+        self.window_scores = self._score_buffer(batch_size, vocab, device) if self.keep_scores else None
+        self.window_logits = self._score_buffer(batch_size, vocab, device) if self.keep_logits else None
+        self.token_scores = self._score_buffer(batch_size, vocab, device, self.max_new_tokens) if self.keep_scores else None
+        self.token_logits = self._score_buffer(batch_size, vocab, device, self.max_new_tokens) if self.keep_logits else None
+        self.stats = WeDLMStats([0] * batch_size, [0] * batch_size, [0] * batch_size)
+
+    def _score_buffer(self, batch_size: int, vocab: int, device, length: int | None = None) -> torch.Tensor:
+        return torch.zeros(batch_size, length or self.width, vocab, device=device)
+
+    def run(self) -> None:
+        while self.rows.numel():
+            num_leading = self._leading_filled()
+            generated_before = self.generated.clone()
+            continuing = ~self._commit(num_leading)
+            if not bool(continuing.all()):
+                self._drop_rows(continuing)
+                num_leading, generated_before = num_leading[continuing], generated_before[continuing]
+            if self.rows.numel():
+                self._forward_and_fill(num_leading, generated_before)
+
+    def _leading_filled(self) -> torch.Tensor:
+        live = self.slots[None, :] < self.window_length[:, None]
+        filled = (self.window != self.mask_id) & live
+        return filled.int().cumprod(1).sum(1)
+
+    def _commit(self, num_leading: torch.Tensor) -> torch.Tensor:
+        """Write each row's leading filled slots to the output; return which rows this commit ends."""
+        finished = self.generated + num_leading >= self.max_new_tokens
+        if int(num_leading.max()) == 0:
+            return finished
+        commit_length = num_leading.clone()
+        if self.eos_ids is not None:
+            is_eos = torch.isin(self.window, self.eos_ids.to(self.window.device)) & (
+                self.slots[None, :] < num_leading[:, None]
+            )
+            has_eos = is_eos.any(1)
+            commit_length = torch.where(has_eos, is_eos.int().argmax(1) + 1, commit_length)
+            finished |= has_eos
+        if self.user_criteria:
+            commit_length, stopped = self._apply_user_criteria(commit_length)
+            finished |= stopped
+        self._write(commit_length)
+        return finished
+
+    def _write(self, commit_length: torch.Tensor) -> None:
+        take = self.slots[None, :] < commit_length[:, None]
+        columns = self.prompt_length + self.generated[:, None] + self.slots[None, :]
+        rows = self.rows[:, None].expand_as(columns)
+        self.sequences[rows[take], columns[take]] = self.window[take]
+        for kept, store in ((self.window_scores, self.token_scores), (self.window_logits, self.token_logits)):
+            if kept is not None:
+                store[rows[take], (columns - self.prompt_length)[take]] = kept[take]
+        if self.streamer is not None and int(commit_length[0]) > 0:
+            self.streamer.put(self.window[:1, : int(commit_length[0])].cpu())
+        self.generated += commit_length
+        for i, row in enumerate(self.rows.tolist()):
+            self.stats.generated[row] = int(self.generated[i])
+
+    def _apply_user_criteria(self, commit_length: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cut each row's commit at the first token after which a user stopping criterion fires, as AR would."""
+        stopped = torch.zeros_like(commit_length, dtype=torch.bool)
+        cut = commit_length.clone()
+        for i, row in enumerate(self.rows.tolist()):
+            start = self.prompt_length + int(self.generated[i])
+            for t in range(int(commit_length[i])):
+                prefix = torch.cat([self.sequences[row, :start], self.window[i, : t + 1]])[None]
+                if any(bool(criterion(prefix, None).any()) for criterion in self.user_criteria):
+                    cut[i], stopped[i] = t + 1, True
+                    break
+        return cut, stopped
+
+    def _drop_rows(self, keep: torch.Tensor) -> None:
+        index = keep.nonzero().flatten()
+        self.rows = self.rows[index]
+        self.window = self.window[index]
+        self.window_length = self.window_length[index]
+        self.generated = self.generated[index]
+        self.first_position = self.first_position[index]
+        for name in ("window_scores", "window_logits"):
+            if getattr(self, name) is not None:
+                setattr(self, name, getattr(self, name)[index])
+        if self.pending_prompt is not None:
+            self.pending_prompt = self.pending_prompt[index]
+            self.prompt_positions = self.prompt_positions[index]
+        self.cache.select_rows(index)
+
+    def _forward_and_fill(self, num_leading: torch.Tensor, generated_before: torch.Tensor) -> None:
+        # 1. grow the window by as many mask slots as it will commit, within max_new_tokens
+        budget = self.max_new_tokens - generated_before - self.window_length
+        length = self.window_length + torch.minimum(num_leading, budget)
+        live = self.slots[None, :] < length[:, None]
+        filled = (self.window != self.mask_id) & live
+        # 2. physical order: filled slots, then mask slots, then dead slots; RoPE keeps the logical slot
+        order_key = torch.where(filled, self.slots, torch.where(live, self.width + self.slots, 2 * self.width + self.slots))
+        order = order_key.argsort(dim=1)
+        fed = int(length.max())
+        fed_order = order[:, :fed]
+        input_ids = self.window.gather(1, fed_order)
+        position_ids = (self.first_position + generated_before)[:, None] + fed_order
+        fed_live = self.slots[None, :fed] < length[:, None]
+        if self.pending_prompt is not None:
+            input_ids = torch.cat([self.pending_prompt, input_ids], dim=1)
+            position_ids = torch.cat([self.prompt_positions, position_ids], dim=1)
+            self.pending_prompt = None
+        past_length = self.cache.get_seq_length()
+        logits = self.model(
+            input_ids=input_ids,
+            attention_mask=self.cache.attention_mask(fed_live),
+            position_ids=position_ids,
+            cache=self.cache,
+            use_cache=True,
+            logits_to_keep=fed,
+            **flash_sequence_lengths(
+                self.model.config, input_ids.shape[0], input_ids.shape[1], past_length, input_ids.device
+            ),
+        ).logits[:, -fed:]
+        self.cache.commit(num_leading, fed)
+        self.stats.model_calls += 1
+        for i, row in enumerate(self.rows.tolist()):
+            self.stats.forwards[row] += 1
+            self.stats.processed[row] += int(length[i])
+
+        # 3. shift the committed slots out; every remaining slot keeps its logits from this forward
+        physical = order.argsort(dim=1)
+        source = (self.slots[None, :] + num_leading[:, None]).clamp(max=self.width - 1)
+        in_window = self.slots[None, :] < (length - num_leading)[:, None]
+        self.window = torch.where(in_window, self.window.gather(1, source), self.mask_id)
+        self.window_length = length - num_leading
+        window_size = self.settings.window_size
+        slot_physical = physical.gather(1, source[:, :window_size]).clamp(max=fed - 1)
+        slot_logits = logits.gather(1, slot_physical[..., None].expand(-1, -1, logits.shape[-1]))
+        for name in ("window_scores", "window_logits"):
+            kept = getattr(self, name)
+            if kept is not None:
+                setattr(self, name, kept.gather(1, source[..., None].expand(-1, -1, kept.shape[-1])))
+
+        # 4. fill the confident mask slots
+        candidates = (self.window[:, :window_size] == self.mask_id) & in_window[:, :window_size]
+        chosen = choose_slots(
+            slot_entropy(slot_logits),
+            candidates,
+            self.settings.entropy_threshold,
+            self.settings.pos_penalty_factor,
+        )
+        scores = self._process(slot_logits)
+        if self.do_sample:
+            probs = torch.softmax(scores.float(), dim=-1)
+            tokens = torch.multinomial(probs.flatten(0, 1), 1).view(probs.shape[:2])
+        else:
+            tokens = scores.argmax(-1)
+        self.window[:, :window_size] = torch.where(chosen, tokens, self.window[:, :window_size])
+        for kept, values in ((self.window_scores, scores), (self.window_logits, slot_logits)):
+            if kept is not None:
+                kept[:, :window_size][chosen] = values[chosen].to(kept.dtype)
+
+    def _process(self, slot_logits: torch.Tensor) -> torch.Tensor:
+        """Scores a slot's token is chosen from: the mask id is never a prediction (it would fill nothing), then
+        logits processors/warpers with the row's committed tokens as context."""
+        slot_logits = slot_logits.clone()
+        slot_logits[..., self.mask_id] = float("-inf")
+        if not self.logits_processor:
+            return slot_logits
+        context = self._committed_context()
+        batch, slots, vocab = slot_logits.shape
+        repeated = context.repeat_interleave(slots, dim=0)
+        scores = self.logits_processor(repeated, slot_logits.reshape(batch * slots, vocab).float())
+        return scores.view(batch, slots, vocab)
+
+    def _committed_context(self) -> torch.LongTensor:
+        """Left-padded (rows, prompt + committed) ids: every row's context ends at its last committed token."""
+        total = self.prompt_length + int(self.generated.max())
+        ends = self.prompt_length + self.generated
+        columns = torch.arange(total, device=self.window.device)[None, :] + (ends[:, None] - total)
+        context = self.sequences[self.rows[:, None], columns.clamp(min=0)]
+        return context.masked_fill(columns < 0, self.pad_id)
+
+    def sequences_out(self) -> torch.LongTensor:
+        longest = max(self.stats.generated) if self.stats.generated else 0
+        return self.sequences[:, : self.prompt_length + longest]
+
+    def per_token(self, store: torch.Tensor | None) -> tuple[torch.Tensor, ...] | None:
+        if store is None:
+            return None
+        longest = max(self.stats.generated) if self.stats.generated else 0
+        return tuple(store[:, t] for t in range(longest))
+
+
+def _prompt_mask(input_ids: torch.LongTensor, model_kwargs: dict) -> torch.Tensor:
+    attention_mask = model_kwargs.get("attention_mask")
+    if attention_mask is None:
+        return torch.ones_like(input_ids)
+    if attention_mask.shape != input_ids.shape:
+        raise ValueError(
+            f"`attention_mask` must have the shape of `input_ids` {tuple(input_ids.shape)}, "
+            f"got {tuple(attention_mask.shape)}."
+        )
+    return attention_mask
+
+
+def _validate_request(model: PreTrainedModel, input_ids, generation_config: GenerationConfig, model_kwargs, synced_gpus):
+    check_supported(model)
+    if generation_config.num_beams is not None and generation_config.num_beams > 1:
+        raise ValueError(
+            f"WeDLM decoding is not beam search: got num_beams={generation_config.num_beams}; use num_beams=1."
+        )
+    if model_kwargs.get("inputs_embeds") is not None:
+        raise ValueError("WeDLM decoding needs `input_ids` (mask slots are token ids); `inputs_embeds` is not supported.")
+    if synced_gpus:
+        raise ValueError("WeDLM decoding does not support `synced_gpus=True`.")
+    cache = model_kwargs.get("cache")
+    if cache is not None and cache.get_seq_length() > 0:
+        raise ValueError(
+            "WeDLM decoding builds its own cache; a filled `cache` / `past_key_values` from an earlier call cannot be "
+            "continued. Pass the full sequence as `input_ids` instead."
+        )
+
+
+@torch.no_grad()
+def wedlm_decode(
+    model: PreTrainedModel,
+    input_ids: torch.LongTensor,
+    logits_processor: LogitsProcessorList,
+    stopping_criteria: StoppingCriteriaList,
+    generation_config: GenerationConfig,
+    synced_gpus: bool = False,
+    streamer: BaseStreamer | None = None,
+    wedlm_window_size=UNSET,
+    wedlm_entropy_threshold=UNSET,
+    wedlm_pos_penalty_factor=UNSET,
+    mask_token_id=UNSET,
+    **model_kwargs,
+) -> WeDLMGenerateOutput | torch.LongTensor:
+    """WeDLM decoding loop; use as `model.generate(custom_generate=wedlm_decode, mask_token_id=..., ...)`.
+
+    Takes the `wedlm_*` keywords (window size, entropy threshold, distance penalty) and `mask_token_id`, else the
+    generation config's attributes of those names, else the defaults of `WeDLMSettings`.
+    """
+    _validate_request(model, input_ids, generation_config, model_kwargs, synced_gpus)
+    settings = WeDLMSettings.resolve(
+        generation_config,
+        model.config,
+        model.config.get_text_config().vocab_size,
+        window_size=wedlm_window_size,
+        entropy_threshold=wedlm_entropy_threshold,
+        pos_penalty_factor=wedlm_pos_penalty_factor,
+        mask_token_id=mask_token_id,
+    )
+    decoder = WindowDecoder(
+        model,
+        input_ids,
+        _prompt_mask(input_ids, model_kwargs),
+        settings,
+        generation_config,
+        logits_processor,
+        stopping_criteria,
+        streamer,
+    )
+    if decoder.max_new_tokens > 0:
+        decoder.run()
+    if streamer is not None:
+        streamer.end()
+    sequences = decoder.sequences_out()
+    if not generation_config.return_dict_in_generate:
+        return sequences
+    return WeDLMGenerateOutput(
+        sequences=sequences,
+        scores=decoder.per_token(decoder.token_scores),
+        logits=decoder.per_token(decoder.token_logits),
+        wedlm_stats=decoder.stats,
+    )

@@ -1,0 +1,57 @@
+"""What a WeDLM `generate` returns besides the sequences: the decoding statistics of spec §3."""
+
+from dataclasses import dataclass, field
+
+from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+
+@dataclass
+class WeDLMStats:
+    """Per-row counters of one WeDLM `generate` call, plus the number of batched model calls it made.
+
+    `forwards[i]` counts the forwards row i took part in (the prefill, fused with the first window, included);
+    `processed[i]` sums the window lengths row i fed. p_cache (prefix cacheability) = generated / processed.
+    """
+
+    forwards: list[int]
+    generated: list[int]
+    processed: list[int]
+    model_calls: int = 0
+
+    @property
+    def tokens_per_forward(self) -> list[float]:
+        return [g / f if f else 0.0 for g, f in zip(self.generated, self.forwards)]
+
+    @property
+    def p_cache(self) -> list[float]:
+        return [g / p if p else 0.0 for g, p in zip(self.generated, self.processed)]
+
+    @property
+    def total_generated(self) -> int:
+        return sum(self.generated)
+
+    @property
+    def total_tokens_per_forward(self) -> float:
+        """Tokens per model call over the whole batch, the number that bounds the wall-clock speed-up."""
+        return self.total_generated / self.model_calls if self.model_calls else 0.0
+
+    @property
+    def total_p_cache(self) -> float:
+        processed = sum(self.processed)
+        return self.total_generated / processed if processed else 0.0
+
+    def summary(self) -> dict:
+        return {
+            "generated": self.total_generated,
+            "forwards": self.model_calls,
+            "tokens_per_forward": round(self.total_tokens_per_forward, 3),
+            "processed": sum(self.processed),
+            "p_cache": round(self.total_p_cache, 3),
+        }
+
+
+@dataclass
+class WeDLMGenerateOutput(GenerateDecoderOnlyOutput):
+    """transformers' decoder-only output with the WeDLM statistics attached."""
+
+    wedlm_stats: WeDLMStats | None = field(default=None)

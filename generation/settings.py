@@ -1,0 +1,75 @@
+"""WeDLM decoding parameters: where they come from and what values are legal.
+
+A value is taken from the `generate` keyword, else from the `GenerationConfig` attribute of the same name (so a
+checkpoint's generation_config.json can set them), else from the model config (`mask_token_id`), else the default.
+"""
+
+from dataclasses import dataclass
+from numbers import Integral, Real
+
+from transformers import GenerationConfig, PreTrainedConfig
+
+UNSET = object()
+"""Marks a keyword the caller did not pass (`None` is a legal threshold, meaning one slot per step)."""
+
+DEFAULT_WINDOW_SIZE = 16
+DEFAULT_ENTROPY_THRESHOLD = 0.4
+DEFAULT_POS_PENALTY_FACTOR = 0.02
+
+
+@dataclass(frozen=True)
+class WeDLMSettings:
+    window_size: int
+    entropy_threshold: float | None
+    pos_penalty_factor: float
+    mask_token_id: int
+
+    @classmethod
+    def resolve(
+        cls,
+        generation_config: GenerationConfig,
+        model_config: PreTrainedConfig,
+        vocab_size: int,
+        window_size=UNSET,
+        entropy_threshold=UNSET,
+        pos_penalty_factor=UNSET,
+        mask_token_id=UNSET,
+    ) -> "WeDLMSettings":
+        def pick(value, name, default):
+            if value is not UNSET:
+                return value
+            return getattr(generation_config, name, default)
+
+        window_size = pick(window_size, "wedlm_window_size", DEFAULT_WINDOW_SIZE)
+        entropy_threshold = pick(entropy_threshold, "wedlm_entropy_threshold", DEFAULT_ENTROPY_THRESHOLD)
+        pos_penalty_factor = pick(pos_penalty_factor, "wedlm_pos_penalty_factor", DEFAULT_POS_PENALTY_FACTOR)
+        mask_token_id = pick(mask_token_id, "mask_token_id", None)
+        if mask_token_id is None:
+            mask_token_id = getattr(model_config, "mask_token_id", None)
+
+        if isinstance(window_size, bool) or not isinstance(window_size, Integral) or window_size < 1:
+            raise ValueError(f"`wedlm_window_size` must be an integer >= 1, got {window_size!r}.")
+        if entropy_threshold is not None and (
+            isinstance(entropy_threshold, bool) or not isinstance(entropy_threshold, Real) or entropy_threshold < 0
+        ):
+            raise ValueError(
+                f"`wedlm_entropy_threshold` must be a number >= 0, or None for one slot per step; "
+                f"got {entropy_threshold!r}."
+            )
+        if isinstance(pos_penalty_factor, bool) or not isinstance(pos_penalty_factor, Real) or pos_penalty_factor < 0:
+            raise ValueError(f"`wedlm_pos_penalty_factor` must be a number >= 0, got {pos_penalty_factor!r}.")
+        if mask_token_id is None:
+            raise ValueError(
+                "WeDLM decoding needs a mask token: pass `mask_token_id=` to generate, or set `mask_token_id` on "
+                "the model config or its generation config."
+            )
+        if isinstance(mask_token_id, bool) or not isinstance(mask_token_id, Integral) or not 0 <= mask_token_id < vocab_size:
+            raise ValueError(
+                f"`mask_token_id` must be an integer id inside the vocabulary [0, {vocab_size}), got {mask_token_id!r}."
+            )
+        return cls(
+            window_size=int(window_size),
+            entropy_threshold=None if entropy_threshold is None else float(entropy_threshold),
+            pos_penalty_factor=float(pos_penalty_factor),
+            mask_token_id=int(mask_token_id),
+        )

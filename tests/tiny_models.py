@@ -1,0 +1,74 @@
+"""Tiny random models of every supported family, built in code (no downloads)."""
+
+import torch
+from transformers import (
+    GenerationConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+from wedlm_hf import WeDLMConfig, WeDLMForCausalLM
+
+VOCAB = 96
+MASK_ID = 95
+EOS_ID = 2
+PAD_ID = 0
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "wedlm", "wedlm-qwen2")
+
+_SHAPE = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=512,
+    eos_token_id=EOS_ID,
+    pad_token_id=PAD_ID,
+    bos_token_id=1,
+)
+
+
+def tiny_model(family: str, seed: int = 0, peak: float = 12.0, attn: str = "sdpa"):
+    """A random `family` model whose lm_head is scaled by `peak` so some predictions are confident.
+
+    Random heads are nearly uniform; scaling makes entropies spread, so WeDLM takes multi-slot steps.
+    """
+    torch.manual_seed(seed)
+    if family == "llama":
+        model = LlamaForCausalLM(LlamaConfig(**_SHAPE))
+    elif family == "mistral":
+        model = MistralForCausalLM(MistralConfig(**_SHAPE, sliding_window=None))
+    elif family == "qwen2":
+        model = Qwen2ForCausalLM(Qwen2Config(**_SHAPE))
+    elif family == "qwen3":
+        model = Qwen3ForCausalLM(Qwen3Config(**_SHAPE, head_dim=16))
+    elif family in ("wedlm", "wedlm-qwen2"):
+        qk_norm = family == "wedlm"
+        config = WeDLMConfig(**_SHAPE, head_dim=16, qk_norm=qk_norm, attention_bias=not qk_norm, mask_token_id=MASK_ID)
+        model = WeDLMForCausalLM(config)
+    else:
+        raise ValueError(family)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(peak)
+    model.generation_config = GenerationConfig(eos_token_id=EOS_ID, pad_token_id=PAD_ID, do_sample=False)
+    model.config._attn_implementation = attn
+    return model.eval()
+
+
+def random_prompts(lengths, seed: int = 0, low: int = 3):
+    """Left-padded batch of random prompts (tokens avoid pad, BOS, EOS and the mask id)."""
+    generator = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    input_ids = torch.full((len(lengths), width), PAD_ID, dtype=torch.long)
+    attention_mask = torch.zeros((len(lengths), width), dtype=torch.long)
+    for row, length in enumerate(lengths):
+        input_ids[row, width - length :] = torch.randint(low, MASK_ID, (length,), generator=generator)
+        attention_mask[row, width - length :] = 1
+    return input_ids, attention_mask

@@ -1,0 +1,36 @@
+"""wedlm-hf: WeDLM parallel decoding for Hugging Face transformers.
+
+Importing the package registers model_type "wedlm" with transformers' Auto classes.
+"""
+
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+from .generation import (
+    WeDLMCache,
+    WeDLMGenerateOutput,
+    WeDLMGenerationMixin,
+    WeDLMSettings,
+    WeDLMStats,
+    enable,
+    wedlm_decode,
+)
+from .modeling import WeDLMConfig, WeDLMForCausalLM, WeDLMModel
+
+AutoConfig.register("wedlm", WeDLMConfig, exist_ok=True)
+AutoModel.register(WeDLMConfig, WeDLMModel, exist_ok=True)
+AutoModelForCausalLM.register(WeDLMConfig, WeDLMForCausalLM, exist_ok=True)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "WeDLMCache",
+    "WeDLMConfig",
+    "WeDLMForCausalLM",
+    "WeDLMGenerateOutput",
+    "WeDLMGenerationMixin",
+    "WeDLMModel",
+    "WeDLMSettings",
+    "WeDLMStats",
+    "enable",
+    "wedlm_decode",
+]
