@@ -74,6 +74,9 @@ class WindowDecoder:
         self.token_scores = self._score_buffer(batch_size, vocab, device, self.max_new_tokens) if self.keep_scores else None
         self.token_logits = self._score_buffer(batch_size, vocab, device, self.max_new_tokens) if self.keep_logits else None
         self.stats = WeDLMStats([0] * batch_size, [0] * batch_size, [0] * batch_size)
+        self.window_fill_step = torch.zeros((batch_size, self.width), dtype=torch.long, device=device)
+        self.fill_step = torch.zeros((batch_size, self.max_new_tokens), dtype=torch.long, device=device)
+        self.commit_step = torch.zeros((batch_size, self.max_new_tokens), dtype=torch.long, device=device)
 
     def _score_buffer(self, batch_size: int, vocab: int, device, length: int | None = None) -> torch.Tensor:
         return torch.zeros(batch_size, length or self.width, vocab, device=device)
@@ -92,7 +95,10 @@ class WindowDecoder:
     def _leading_filled(self) -> torch.Tensor:
         live = self.slots[None, :] < self.window_length[:, None]
         filled = (self.window != self.mask_id) & live
-        return filled.int().cumprod(1).sum(1)
+        leading = filled.int().cumprod(1).sum(1)
+        if self.settings.blockwise:  # the paper's baseline: a block commits only once it is completely filled
+            leading = torch.where(leading == self.window_length, leading, torch.zeros_like(leading))
+        return leading
 
     def _commit(self, num_leading: torch.Tensor) -> torch.Tensor:
         """Write each row's leading filled slots to the output; return which rows this commit ends."""
@@ -118,9 +124,12 @@ class WindowDecoder:
         columns = self.prompt_length + self.generated[:, None] + self.slots[None, :]
         rows = self.rows[:, None].expand_as(columns)
         self.sequences[rows[take], columns[take]] = self.window[take]
+        generated_columns = (columns - self.prompt_length)[take]
+        self.fill_step[rows[take], generated_columns] = self.window_fill_step[take]
+        self.commit_step[rows[take], generated_columns] = self.stats.model_calls + 1
         for kept, store in ((self.window_scores, self.token_scores), (self.window_logits, self.token_logits)):
             if kept is not None:
-                store[rows[take], (columns - self.prompt_length)[take]] = kept[take]
+                store[rows[take], generated_columns] = kept[take]
         if self.streamer is not None and int(commit_length[0]) > 0:
             self.streamer.put(self.window[:1, : int(commit_length[0])].cpu())
         self.generated += commit_length
@@ -147,6 +156,7 @@ class WindowDecoder:
         self.window_length = self.window_length[index]
         self.generated = self.generated[index]
         self.first_position = self.first_position[index]
+        self.window_fill_step = self.window_fill_step[index]
         for name in ("window_scores", "window_logits"):
             if getattr(self, name) is not None:
                 setattr(self, name, getattr(self, name)[index])
@@ -200,6 +210,7 @@ class WindowDecoder:
         window_size = self.settings.window_size
         slot_physical = physical.gather(1, source[:, :window_size]).clamp(max=fed - 1)
         slot_logits = logits.gather(1, slot_physical[..., None].expand(-1, -1, logits.shape[-1]))
+        self.window_fill_step = self.window_fill_step.gather(1, source)
         for name in ("window_scores", "window_logits"):
             kept = getattr(self, name)
             if kept is not None:
@@ -220,6 +231,7 @@ class WindowDecoder:
         else:
             tokens = scores.argmax(-1)
         self.window[:, :window_size] = torch.where(chosen, tokens, self.window[:, :window_size])
+        self.window_fill_step[:, :window_size].masked_fill_(chosen, self.stats.model_calls)
         for kept, values in ((self.window_scores, scores), (self.window_logits, slot_logits)):
             if kept is not None:
                 kept[:, :window_size][chosen] = values[chosen].to(kept.dtype)
@@ -244,6 +256,13 @@ class WindowDecoder:
         columns = torch.arange(total, device=self.window.device)[None, :] + (ends[:, None] - total)
         context = self.sequences[self.rows[:, None], columns.clamp(min=0)]
         return context.masked_fill(columns < 0, self.pad_id)
+
+    def finish_stats(self) -> WeDLMStats:
+        """Attach each row's per-token trace: the forward that filled each token and the one that committed it."""
+        for row, count in enumerate(self.stats.generated):
+            self.stats.fill_steps.append(self.fill_step[row, :count].tolist())
+            self.stats.commit_steps.append(self.commit_step[row, :count].tolist())
+        return self.stats
 
     def sequences_out(self) -> torch.LongTensor:
         longest = max(self.stats.generated) if self.stats.generated else 0
@@ -299,6 +318,7 @@ def wedlm_decode(
     wedlm_entropy_threshold=UNSET,
     wedlm_pos_penalty_factor=UNSET,
     mask_token_id=UNSET,
+    wedlm_blockwise=UNSET,
     **model_kwargs,
 ) -> WeDLMGenerateOutput | torch.LongTensor:
     """WeDLM decoding loop; use as `model.generate(custom_generate=wedlm_decode, mask_token_id=..., ...)`.
@@ -315,6 +335,7 @@ def wedlm_decode(
         entropy_threshold=wedlm_entropy_threshold,
         pos_penalty_factor=wedlm_pos_penalty_factor,
         mask_token_id=mask_token_id,
+        blockwise=wedlm_blockwise,
     )
     decoder = WindowDecoder(
         model,
@@ -337,5 +358,5 @@ def wedlm_decode(
         sequences=sequences,
         scores=decoder.per_token(decoder.token_scores),
         logits=decoder.per_token(decoder.token_logits),
-        wedlm_stats=decoder.stats,
+        wedlm_stats=decoder.finish_stats(),
     )

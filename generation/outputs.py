@@ -11,12 +11,16 @@ class WeDLMStats:
 
     `forwards[i]` counts the forwards row i took part in (the prefill, fused with the first window, included);
     `processed[i]` sums the window lengths row i fed. p_cache (prefix cacheability) = generated / processed.
+    `fill_steps[i][t]` / `commit_steps[i][t]`: the forward (1-based) whose logits filled generated token t of row
+    i, and the forward that committed it (a commit that ends a row needs no forward and gets the next number).
     """
 
     forwards: list[int]
     generated: list[int]
     processed: list[int]
     model_calls: int = 0
+    fill_steps: list[list[int]] = field(default_factory=list)
+    commit_steps: list[list[int]] = field(default_factory=list)
 
     @property
     def tokens_per_forward(self) -> list[float]:

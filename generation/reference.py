@@ -21,6 +21,7 @@ def reference_decode(
     window_size: int = 16,
     entropy_threshold: float | None = 0.4,
     pos_penalty_factor: float = 0.02,
+    blockwise: bool = False,
 ) -> tuple[list[int], int]:
     """Greedy WeDLM continuation of `prompt` and the number of forwards it took."""
     committed = list(prompt)
@@ -31,6 +32,8 @@ def reference_decode(
         leading = 0
         while leading < len(window) and window[leading] is not None:
             leading += 1
+        if blockwise and leading < len(window):
+            leading = 0
         window += [None] * min(leading, max_new_tokens - generated - len(window))
         for token in window[:leading]:
             committed.append(token)

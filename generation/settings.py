@@ -23,6 +23,7 @@ class WeDLMSettings:
     entropy_threshold: float | None
     pos_penalty_factor: float
     mask_token_id: int
+    blockwise: bool = False
 
     @classmethod
     def resolve(
@@ -34,6 +35,7 @@ class WeDLMSettings:
         entropy_threshold=UNSET,
         pos_penalty_factor=UNSET,
         mask_token_id=UNSET,
+        blockwise=UNSET,
     ) -> "WeDLMSettings":
         def pick(value, name, default):
             if value is not UNSET:
@@ -44,6 +46,7 @@ class WeDLMSettings:
         entropy_threshold = pick(entropy_threshold, "wedlm_entropy_threshold", DEFAULT_ENTROPY_THRESHOLD)
         pos_penalty_factor = pick(pos_penalty_factor, "wedlm_pos_penalty_factor", DEFAULT_POS_PENALTY_FACTOR)
         mask_token_id = pick(mask_token_id, "mask_token_id", None)
+        blockwise = pick(blockwise, "wedlm_blockwise", False)
         if mask_token_id is None:
             mask_token_id = getattr(model_config, "mask_token_id", None)
 
@@ -67,7 +70,10 @@ class WeDLMSettings:
             raise ValueError(
                 f"`mask_token_id` must be an integer id inside the vocabulary [0, {vocab_size}), got {mask_token_id!r}."
             )
+        if not isinstance(blockwise, bool):
+            raise ValueError(f"`wedlm_blockwise` must be True or False, got {blockwise!r}.")
         return cls(
+            blockwise=blockwise,
             window_size=int(window_size),
             entropy_threshold=None if entropy_threshold is None else float(entropy_threshold),
             pos_penalty_factor=float(pos_penalty_factor),

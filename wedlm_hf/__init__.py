@@ -3,6 +3,8 @@
 Importing the package registers model_type "wedlm" with transformers' Auto classes.
 """
 
+from pathlib import Path
+
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
 from .generation import (
@@ -22,7 +24,11 @@ AutoModelForCausalLM.register(WeDLMConfig, WeDLMForCausalLM, exist_ok=True)
 
 __version__ = "0.1.0"
 
+DEFAULT_MODEL = str(Path(__file__).parent / "checkpoints" / "wedlm-tiny-code")
+"""Path of the small WeDLM checkpoint trained by `wedlm-hf train` and shipped inside the package."""
+
 __all__ = [
+    "DEFAULT_MODEL",
     "WeDLMCache",
     "WeDLMConfig",
     "WeDLMForCausalLM",
