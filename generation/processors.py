@@ -1,0 +1,85 @@
+"""Which logits processors WeDLM decoding can honour, and a clear error for the others.
+
+A WeDLM step scores several mask slots from one forward. Every slot's processors see the same context: the
+row's committed tokens (prompt + generated, left-padded to the batch's longest row). A processor is honoured
+when its effect does not depend on the exact prefix *before that slot* or on the current length:
+
+* distribution warpers (temperature, top-k/p/h, min-p, typical, epsilon, eta), log-softmax renormalisation and
+  inf/nan removal look at one slot's logits only;
+* repetition penalties and always-suppressed tokens only need the set of tokens already seen (the committed
+  ones; tokens filled earlier in the window are not yet part of it, a soft approximation);
+* single-token sequence biases and bad words do not look at the prefix at all.
+
+Processors keyed on the exact prefix (n-gram bans, multi-token bad words or biases, `prefix_allowed_tokens_fn`,
+watermarks) or on the length (min length, forced BOS/EOS, exponential length penalty; the context is padded to the
+longest row) would be silently wrong for every slot but the first, so `check_processors` rejects them.
+Classes defined outside transformers are the caller's own: they are applied with the committed context, as
+documented in docs/ecosystem.md.
+"""
+
+from transformers import LogitsProcessorList
+from transformers.generation import logits_process as lp
+
+HONOURED = (
+    lp.TemperatureLogitsWarper,
+    lp.TopKLogitsWarper,
+    lp.TopPLogitsWarper,
+    lp.TopHLogitsWarper,
+    lp.MinPLogitsWarper,
+    lp.TypicalLogitsWarper,
+    lp.EpsilonLogitsWarper,
+    lp.EtaLogitsWarper,
+    lp.RepetitionPenaltyLogitsProcessor,
+    lp.EncoderRepetitionPenaltyLogitsProcessor,
+    lp.SuppressTokensLogitsProcessor,
+    lp.InfNanRemoveLogitsProcessor,
+    lp.LogitNormalization,
+)
+
+_LENGTH = "depends on the current length, which differs for every slot of a WeDLM window"
+_PREFIX = "depends on the exact tokens before each slot, which WeDLM does not know until the window is committed"
+REASONS: dict[type, tuple[str, str]] = {
+    lp.MinLengthLogitsProcessor: (_LENGTH, "drop `min_length`"),
+    lp.MinNewTokensLengthLogitsProcessor: (_LENGTH, "drop `min_new_tokens`"),
+    lp.ExponentialDecayLengthPenalty: (_LENGTH, "drop `exponential_decay_length_penalty`"),
+    lp.ForcedEOSTokenLogitsProcessor: (_LENGTH, "drop `forced_eos_token_id`"),
+    lp.ForcedBOSTokenLogitsProcessor: (_LENGTH, "drop `forced_bos_token_id`; put BOS in the prompt"),
+    lp.SuppressTokensAtBeginLogitsProcessor: (_LENGTH, "drop `begin_suppress_tokens`"),
+    lp.NoRepeatNGramLogitsProcessor: (_PREFIX, "drop `no_repeat_ngram_size`, or use `repetition_penalty`"),
+    lp.EncoderNoRepeatNGramLogitsProcessor: (_PREFIX, "drop `encoder_no_repeat_ngram_size`"),
+    lp.PrefixConstrainedLogitsProcessor: (_PREFIX, "drop `prefix_allowed_tokens_fn`"),
+    lp.WatermarkLogitsProcessor: (_PREFIX, "drop `watermarking_config`"),
+    lp.SynthIDTextWatermarkLogitsProcessor: (_PREFIX, "drop `watermarking_config`"),
+    lp.ClassifierFreeGuidanceLogitsProcessor: ("needs a doubled batch of conditional/unconditional rows", "drop `guidance_scale`"),
+    lp.UnbatchedClassifierFreeGuidanceLogitsProcessor: (
+        "runs its own autoregressive model calls on the unconditional prompt",
+        "drop `guidance_scale` / `negative_prompt_ids`",
+    ),
+}
+
+
+def _multi_token_sequences(processor: lp.SequenceBiasLogitsProcessor) -> list[tuple[int, ...]]:
+    return [tuple(sequence) for sequence in processor.sequence_bias if len(sequence) > 1]
+
+
+def check_processors(logits_processor: LogitsProcessorList) -> None:
+    """Raise a ValueError naming the first processor WeDLM decoding cannot honour, and what to do instead."""
+    for processor in logits_processor or ():
+        name = type(processor).__name__
+        if isinstance(processor, lp.SequenceBiasLogitsProcessor):  # also NoBadWordsLogitsProcessor
+            longer = _multi_token_sequences(processor)
+            if not longer:
+                continue
+            argument = "bad_words_ids" if isinstance(processor, lp.NoBadWordsLogitsProcessor) else "sequence_bias"
+            raise ValueError(
+                f"WeDLM decoding cannot apply {name} to multi-token sequences {longer[:3]}: matching them "
+                f"{_PREFIX}. Keep only single-token entries in `{argument}`, or use `decoding='ar'`."
+            )
+        if isinstance(processor, HONOURED):
+            continue
+        reason, fix = REASONS.get(type(processor), (None, None))
+        if reason is None:
+            if not type(processor).__module__.startswith("transformers."):
+                continue  # a user processor: applied with the committed tokens as context
+            reason, fix = "is specific to another decoding scheme or model", "remove it"
+        raise ValueError(f"WeDLM decoding cannot honour {name}: it {reason}. Either {fix}, or use `decoding='ar'`.")

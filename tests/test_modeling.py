@@ -1,0 +1,95 @@
+"""WeDLM modelling: transformers' Qwen layers, Auto registration, and permutation-aware position ids."""
+
+import json
+
+import pytest
+import torch
+from tiny_models import MASK_ID, random_prompts, tiny_model
+from transformers import AutoConfig, AutoModelForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM
+from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
+from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer
+
+import wedlm_hf
+from wedlm_hf.generation import attention
+
+
+@pytest.mark.parametrize("family,layer,reference", [("wedlm", Qwen3DecoderLayer, Qwen3ForCausalLM), ("wedlm-qwen2", Qwen2DecoderLayer, Qwen2ForCausalLM)])
+def test_layers_and_weight_names_are_transformers_own(family, layer, reference):
+    model = tiny_model(family)
+    assert all(type(block) is layer for block in model.model.layers)
+    twin = reference(model.config)
+    assert set(model.state_dict()) == set(twin.state_dict())
+    twin.load_state_dict(model.state_dict())
+    input_ids = torch.tensor([[5, 9, 14, 3]])
+    assert torch.allclose(model(input_ids).logits, twin.eval()(input_ids).logits, atol=1e-5)
+
+
+def test_authors_style_config_loads_through_auto_classes(tmp_path):
+    model = tiny_model("wedlm-qwen2")
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["model_type"] == "wedlm" and config["qk_norm"] is False and config["mask_token_id"] == MASK_ID
+    config.pop("rope_parameters", None)
+    config["rope_theta"] = 10000.0  # authors' configs use the flat legacy field
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert isinstance(loaded, wedlm_hf.WeDLMForCausalLM)
+    assert isinstance(AutoConfig.from_pretrained(tmp_path), wedlm_hf.WeDLMConfig)
+    input_ids = torch.tensor([[5, 9, 14, 3]])
+    assert torch.allclose(loaded(input_ids).logits, model(input_ids).logits, atol=1e-5)
+
+
+def _reordered_window():
+    """A committed prefix, then a window fed observed-first: physical order != RoPE order."""
+    prefix = [7, 22, 41, 5, 17]
+    window_tokens = [30, 44, MASK_ID, MASK_ID]  # slots 1 and 3 observed, 0 and 2 masked
+    window_positions = [6, 8, 5, 7]
+    return prefix, window_tokens, window_positions
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_no_cache_reordered_forward_equals_cached(attn):
+    model = tiny_model("wedlm", attn=attn)
+    prefix, window_tokens, window_positions = _reordered_window()
+    ids = torch.tensor([prefix + window_tokens])
+    positions = torch.tensor([list(range(len(prefix))) + window_positions])
+    no_cache = model(input_ids=ids, position_ids=positions, use_cache=False).logits[0, len(prefix) :]
+
+    cache = wedlm_hf.WeDLMCache(key_mask=torch.ones(1, 0, dtype=torch.bool))
+    model(input_ids=ids[:, : len(prefix)], position_ids=positions[:, : len(prefix)], cache=cache, use_cache=True)
+    cached = model(
+        input_ids=ids[:, len(prefix) :], position_ids=positions[:, len(prefix) :], cache=cache, use_cache=True
+    ).logits[0]
+    assert torch.allclose(no_cache, cached, atol=1e-5)
+
+
+def test_plain_qwen3_without_mask_would_treat_window_as_packed():
+    """The pitfall is real: transformers' own Qwen3 splits the reordered sequence, WeDLMModel does not."""
+    wedlm = tiny_model("wedlm")
+    qwen3 = Qwen3ForCausalLM(wedlm.config).eval()
+    qwen3.load_state_dict(wedlm.state_dict())
+    prefix, window_tokens, window_positions = _reordered_window()
+    ids = torch.tensor([prefix + window_tokens])
+    positions = torch.tensor([list(range(len(prefix))) + window_positions])
+    explicit = qwen3(input_ids=ids, position_ids=positions, attention_mask=torch.ones_like(ids), use_cache=False).logits
+    packed = qwen3(input_ids=ids, position_ids=positions, use_cache=False).logits
+    assert not torch.allclose(packed, explicit, atol=1e-4)
+    assert torch.allclose(wedlm(input_ids=ids, position_ids=positions, use_cache=False).logits, explicit, atol=1e-5)
+
+
+def test_flash_attention_gets_explicit_sequence_lengths(monkeypatch):
+    """Under FlashAttention every decoding forward carries cu_seq_lens, so no packing is ever inferred."""
+    model = tiny_model("wedlm", peak=40)
+    monkeypatch.setattr(attention, "uses_flash_attention", lambda config: True)
+    seen = []
+    model.model.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append({**kwargs, "past": kwargs["cache"].get_seq_length()}), with_kwargs=True
+    )
+    input_ids, attention_mask = random_prompts([6])
+    model.generate(input_ids=input_ids, attention_mask=attention_mask, decoding="wedlm", max_new_tokens=8)
+    assert seen
+    for kwargs in seen:
+        query, past = kwargs["input_ids"].shape[1], kwargs["past"]
+        assert kwargs["cu_seq_lens_q"].tolist() == [0, query]
+        assert kwargs["max_length_k"] == past + query
+        assert kwargs["attention_mask"] is not None

@@ -1,0 +1,70 @@
+"""Bad requests fail early with an error naming the parameter and the fix."""
+
+import pytest
+import torch
+from tiny_models import MASK_ID, VOCAB, random_prompts, tiny_model
+from transformers import GPT2Config, GPT2LMHeadModel
+
+import wedlm_hf
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model("wedlm", peak=40)
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"wedlm_window_size": 0}, "wedlm_window_size"),
+        ({"wedlm_window_size": 2.5}, "wedlm_window_size"),
+        ({"wedlm_entropy_threshold": -0.1}, "wedlm_entropy_threshold"),
+        ({"wedlm_pos_penalty_factor": -1.0}, "wedlm_pos_penalty_factor"),
+        ({"mask_token_id": VOCAB}, "mask_token_id"),
+        ({"mask_token_id": -1}, "mask_token_id"),
+        ({"num_beams": 2}, "num_beams"),
+        ({"decoding": "beam"}, "decoding"),
+    ],
+)
+def test_bad_parameters_are_named(model, kwargs, message):
+    input_ids, attention_mask = random_prompts([4])
+    options = dict(decoding="wedlm", max_new_tokens=4)
+    options.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+        model.generate(input_ids=input_ids, attention_mask=attention_mask, **options)
+
+
+def test_missing_mask_id_says_how_to_fix():
+    model = wedlm_hf.enable(tiny_model("llama"))
+    input_ids, attention_mask = random_prompts([4])
+    with pytest.raises(ValueError, match="mask_token_id"):
+        model.generate(input_ids=input_ids, attention_mask=attention_mask, decoding="wedlm", max_new_tokens=4)
+
+
+def test_mask_id_from_generation_config(model):
+    input_ids, attention_mask = random_prompts([4])
+    llama = wedlm_hf.enable(tiny_model("llama"))
+    llama.generation_config.mask_token_id = MASK_ID
+    llama.generation_config.wedlm_window_size = 2
+    output = llama.generate(
+        input_ids=input_ids, attention_mask=attention_mask, decoding="wedlm", max_new_tokens=6, return_dict_in_generate=True
+    )
+    assert max(output.wedlm_stats.processed) <= 6 * 4
+
+
+def test_unsupported_architecture_lists_supported():
+    torch.manual_seed(0)
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=1, n_head=2))
+    with pytest.raises(ValueError, match="Supported model types: wedlm, llama, mistral, qwen2, qwen3"):
+        wedlm_hf.enable(gpt2)
+    with pytest.raises(ValueError, match="not supported"):
+        gpt2.generate(
+            input_ids=torch.tensor([[5, 6]]), custom_generate=wedlm_hf.wedlm_decode, mask_token_id=3, max_new_tokens=2
+        )
+
+
+def test_sliding_window_model_is_refused():
+    mistral = tiny_model("mistral")
+    mistral.config.sliding_window = 64
+    with pytest.raises(ValueError, match="sliding_window"):
+        wedlm_hf.enable(mistral)

@@ -1,0 +1,185 @@
+"""Train the embedded WeDLM checkpoint from scratch on CPU (tokenizer, corpus, dual-stream objective)."""
+
+import argparse
+import csv
+import json
+import math
+import resource
+import time
+from pathlib import Path
+
+import torch
+
+DEFAULT_OUTPUT = "wedlm-tiny-code"
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--output-dir", default=DEFAULT_OUTPUT, help="where the checkpoint, loss log and plot are written")
+    add("--steps", type=int, default=700)
+    add("--batch-size", type=int, default=8)
+    add("--seq-len", type=int, default=256, help="tokens per stream (the model sees twice this)")
+    add("--block-size", type=int, default=16, help="prediction-stream block size B")
+    add("--lr", type=float, default=2e-3)
+    add("--warmup", type=int, default=40)
+    add("--ar-weight", type=float, default=0.5, help="weight of the memory-stream next-token loss")
+    add("--low-entropy-share", type=float, default=0.35, help="share of rows from generated sequences")
+    add("--code-chars", type=int, default=6_000_000, help="stdlib characters read for the tokenizer and rows")
+    add("--vocab-size", type=int, default=2048)
+    add("--hidden-size", type=int, default=256)
+    add("--layers", type=int, default=4)
+    add("--intermediate-size", type=int, default=704)
+    add("--eval-every", type=int, default=50, help="steps between held-out loss evaluations")
+    add("--window-size", type=int, default=16, help="wedlm_window_size written to generation_config.json")
+    add("--threshold", type=float, default=0.4, help="wedlm_entropy_threshold written to generation_config.json")
+    add("--penalty", type=float, default=0.02, help="wedlm_pos_penalty_factor written to generation_config.json")
+    add("--seed", type=int, default=0)
+    add("--threads", type=int, default=2)
+    parser.set_defaults(run=run)
+
+
+def build_model(tokenizer, args: argparse.Namespace):
+    """A small Qwen3-layout WeDLM model (4 heads of 64, 2 KV heads, q/k norm, tied embeddings)."""
+    from wedlm_hf import WeDLMConfig, WeDLMForCausalLM
+
+    config = WeDLMConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=args.hidden_size,
+        intermediate_size=args.intermediate_size,
+        num_hidden_layers=args.layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        qk_norm=True,
+        mask_token_id=tokenizer.mask_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    config._attn_implementation = "sdpa"
+    return WeDLMForCausalLM(config)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm.auto import tqdm
+    from transformers import GenerationConfig, get_cosine_schedule_with_warmup, set_seed
+
+    from .corpus import low_entropy_documents, pack, read_stdlib, training_rows
+    from .objective import DualStreamCollator, dual_stream_loss
+    from .tokenizer import train_tokenizer
+
+    started = time.perf_counter()
+    torch.set_num_threads(args.threads)
+    set_seed(args.seed)
+    output = Path(args.output_dir)
+    output.mkdir(parents=True, exist_ok=True)
+
+    code = read_stdlib("train", args.code_chars, args.seed)
+    generated = low_entropy_documents(max(1, len(code)) * 4, args.seed)
+    tokenizer = train_tokenizer(code + generated, args.vocab_size)
+    code_rows = pack(code, tokenizer, args.seq_len)
+    generated_rows = pack(generated, tokenizer, args.seq_len)
+    eval_rows = pack(read_stdlib("eval", 400_000, args.seed), tokenizer, args.seq_len)[: args.batch_size]
+
+    model = build_model(tokenizer, args)
+    collator = DualStreamCollator(
+        tokenizer.mask_token_id, block_size=args.block_size, ar_weight=args.ar_weight, seed=args.seed
+    )
+    eval_batch = DualStreamCollator(
+        tokenizer.mask_token_id, block_size=args.block_size, ar_weight=args.ar_weight, seed=args.seed + 1
+    )([{"input_ids": row} for row in eval_rows])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.98))
+    schedule = get_cosine_schedule_with_warmup(optimizer, args.warmup, args.steps)
+    rows = training_rows(code_rows, generated_rows, args.steps * args.batch_size, args.low_entropy_share, args.seed)
+
+    log: list[dict] = []
+    progress = tqdm(range(1, args.steps + 1), desc="train", unit="step")
+    for step in progress:
+        batch = collator([{"input_ids": next(rows)} for _ in range(args.batch_size)])
+        loss, parts = forward_loss(model, batch, dual_stream_loss)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        record = {"step": step, "split": "train", "loss": loss.item(), **parts, "lr": schedule.get_last_lr()[0]}
+        log.append(record)
+        if step % args.eval_every == 0 or step == args.steps:
+            model.eval()
+            with torch.no_grad():
+                eval_loss, eval_parts = forward_loss(model, eval_batch, dual_stream_loss)
+            model.train()
+            log.append({"step": step, "split": "eval", "loss": eval_loss.item(), **eval_parts, "lr": record["lr"]})
+        progress.set_postfix(loss=f"{record['loss']:.3f}", mdm=f"{parts['mdm']:.3f}", ar=f"{parts['ar']:.3f}")
+
+    model.generation_config = GenerationConfig(
+        decoding="wedlm",
+        wedlm_window_size=args.window_size,
+        wedlm_entropy_threshold=args.threshold,
+        wedlm_pos_penalty_factor=args.penalty,
+        mask_token_id=tokenizer.mask_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        do_sample=False,
+    )
+    model.save_pretrained(output)
+    tokenizer.save_pretrained(output)
+    summary = {
+        "arguments": {k: v for k, v in vars(args).items() if k != "run"},
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "train_rows_available": {"code": len(code_rows), "generated": len(generated_rows)},
+        "wall_seconds": time.perf_counter() - started,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+    write_logs(output, log, summary)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def forward_loss(model, batch: dict, loss_fn):
+    inputs = {k: batch[k] for k in ("input_ids", "position_ids", "attention_mask")}
+    logits = model(**inputs, use_cache=False).logits
+    return loss_fn(logits, batch["labels"], batch["loss_weights"])
+
+
+def write_logs(output: Path, log: list[dict], summary: dict) -> None:
+    """training_log.json (summary + every record), loss_curves.csv and loss_curves.png beside the checkpoint."""
+    (output / "training_log.json").write_text(json.dumps({**summary, "log": log}, indent=1))
+    with open(output / "loss_curves.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(log[0]))
+        writer.writeheader()
+        writer.writerows(log)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, axis = pyplot.subplots(figsize=(7, 4))
+    for split, style in (("train", "-"), ("eval", "o-")):
+        records = [r for r in log if r["split"] == split]
+        for part in ("mdm", "ar"):
+            steps = [r["step"] for r in records]
+            values = [r[part] for r in records]
+            if split == "train":
+                values = smooth(values, 20)
+            axis.plot(steps, values, style, label=f"{split} {part}", markersize=3)
+    axis.set_xlabel("step")
+    axis.set_ylabel("loss (nats / token)")
+    axis.set_title("WeDLM dual-stream training: masked (mdm) and next-token (ar) loss")
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(output / "loss_curves.png", dpi=100)
+    pyplot.close(figure)
+
+
+def smooth(values: list[float], window: int) -> list[float]:
+    """Trailing moving average, so the noisy per-step curve is readable."""
+    out, total = [], 0.0
+    for index, value in enumerate(values):
+        total += value
+        if index >= window:
+            total -= values[index - window]
+        out.append(total / min(index + 1, window))
+    return out
