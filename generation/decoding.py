@@ -100,28 +100,29 @@ class WindowDecoder:
             leading = torch.where(leading == self.window_length, leading, torch.zeros_like(leading))
         return leading
 
-    def _commit(self, num_leading: torch.Tensor) -> torch.Tensor:
-        """Write each row's leading filled slots to the output; return which rows this commit ends."""
+    def _commit(self, num_leading: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """Write up to `num_leading` window slots from `start` to the output, cut after the first EOS or stopping
+        criterion; return which rows this commit ends (EOS, criterion or max_new_tokens)."""
         finished = self.generated + num_leading >= self.max_new_tokens
         if int(num_leading.max()) == 0:
             return finished
         commit_length = num_leading.clone()
+        in_commit = (self.slots[None, :] >= start) & (self.slots[None, :] < start + num_leading[:, None])
         if self.eos_ids is not None:
-            is_eos = torch.isin(self.window, self.eos_ids.to(self.window.device)) & (
-                self.slots[None, :] < num_leading[:, None]
-            )
+            is_eos = torch.isin(self.window, self.eos_ids.to(self.window.device)) & in_commit
             has_eos = is_eos.any(1)
-            commit_length = torch.where(has_eos, is_eos.int().argmax(1) + 1, commit_length)
+            commit_length = torch.where(has_eos, is_eos.int().argmax(1) + 1 - start, commit_length)
             finished |= has_eos
         if self.user_criteria:
-            commit_length, stopped = self._apply_user_criteria(commit_length)
+            commit_length, stopped = self._apply_user_criteria(commit_length, start)
             finished |= stopped
-        self._write(commit_length)
+        self._write(commit_length, start)
         return finished
 
-    def _write(self, commit_length: torch.Tensor) -> None:
-        take = self.slots[None, :] < commit_length[:, None]
-        columns = self.prompt_length + self.generated[:, None] + self.slots[None, :]
+    def _write(self, commit_length: torch.Tensor, start: int) -> None:
+        offset = self.slots[None, :] - start
+        take = (offset >= 0) & (offset < commit_length[:, None])
+        columns = self.prompt_length + self.generated[:, None] + offset
         rows = self.rows[:, None].expand_as(columns)
         self.sequences[rows[take], columns[take]] = self.window[take]
         generated_columns = (columns - self.prompt_length)[take]
@@ -131,19 +132,19 @@ class WindowDecoder:
             if kept is not None:
                 store[rows[take], generated_columns] = kept[take]
         if self.streamer is not None and int(commit_length[0]) > 0:
-            self.streamer.put(self.window[:1, : int(commit_length[0])].cpu())
+            self.streamer.put(self.window[:1, start : start + int(commit_length[0])].cpu())
         self.generated += commit_length
         for i, row in enumerate(self.rows.tolist()):
             self.stats.generated[row] = int(self.generated[i])
 
-    def _apply_user_criteria(self, commit_length: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _apply_user_criteria(self, commit_length: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Cut each row's commit at the first token after which a user stopping criterion fires, as AR would."""
         stopped = torch.zeros_like(commit_length, dtype=torch.bool)
         cut = commit_length.clone()
         for i, row in enumerate(self.rows.tolist()):
-            start = self.prompt_length + int(self.generated[i])
+            committed = self.sequences[row, : self.prompt_length + int(self.generated[i])]
             for t in range(int(commit_length[i])):
-                prefix = torch.cat([self.sequences[row, :start], self.window[i, : t + 1]])[None]
+                prefix = torch.cat([committed, self.window[i, start : start + t + 1]])[None]
                 if any(bool(criterion(prefix, None).any()) for criterion in self.user_criteria):
                     cut[i], stopped[i] = t + 1, True
                     break
@@ -166,12 +167,20 @@ class WindowDecoder:
         self.cache.select_rows(index)
 
     def _forward_and_fill(self, num_leading: torch.Tensor, generated_before: torch.Tensor) -> None:
-        # 1. grow the window by as many mask slots as it will commit, within max_new_tokens
+        # grow the window by as many mask slots as it will commit, within max_new_tokens
         budget = self.max_new_tokens - generated_before - self.window_length
         length = self.window_length + torch.minimum(num_leading, budget)
+        logits, physical = self._feed(length, generated_before)
+        self.cache.commit(num_leading, logits.shape[1])
+        slot_logits = self._shift(num_leading, length, logits, physical)
+        self._fill(slot_logits, self.window[:, : self.settings.window_size] == self.mask_id)
+
+    def _feed(self, length: torch.Tensor, generated_before: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One forward over each row's first `length` slots: filled slots first, mask slots last, dead slots
+        (rows shorter than the batch's longest window) at the end; RoPE keeps each slot's logical position.
+        Returns the logits of the fed slots (physical order) and each slot's physical index."""
         live = self.slots[None, :] < length[:, None]
         filled = (self.window != self.mask_id) & live
-        # 2. physical order: filled slots, then mask slots, then dead slots; RoPE keeps the logical slot
         order_key = torch.where(filled, self.slots, torch.where(live, self.width + self.slots, 2 * self.width + self.slots))
         order = order_key.argsort(dim=1)
         fed = int(length.max())
@@ -179,10 +188,12 @@ class WindowDecoder:
         input_ids = self.window.gather(1, fed_order)
         position_ids = (self.first_position + generated_before)[:, None] + fed_order
         fed_live = self.slots[None, :fed] < length[:, None]
+        keep = fed
         if self.pending_prompt is not None:
             input_ids = torch.cat([self.pending_prompt, input_ids], dim=1)
             position_ids = torch.cat([self.prompt_positions, position_ids], dim=1)
             self.pending_prompt = None
+            keep += 1  # the last prompt token's logits: the AR prediction for the first new token
         past_length = self.cache.get_seq_length()
         logits = self.model(
             input_ids=input_ids,
@@ -190,34 +201,39 @@ class WindowDecoder:
             position_ids=position_ids,
             cache=self.cache,
             use_cache=True,
-            logits_to_keep=fed,
+            logits_to_keep=keep,
             **flash_sequence_lengths(
                 self.model.config, input_ids.shape[0], input_ids.shape[1], past_length, input_ids.device
             ),
-        ).logits[:, -fed:]
-        self.cache.commit(num_leading, fed)
+        ).logits
+        self.prompt_logits = logits[:, 0] if keep > fed else None
         self.stats.model_calls += 1
         for i, row in enumerate(self.rows.tolist()):
             self.stats.forwards[row] += 1
             self.stats.processed[row] += int(length[i])
+        return logits[:, -fed:], order.argsort(dim=1)
 
-        # 3. shift the committed slots out; every remaining slot keeps its logits from this forward
-        physical = order.argsort(dim=1)
-        source = (self.slots[None, :] + num_leading[:, None]).clamp(max=self.width - 1)
-        in_window = self.slots[None, :] < (length - num_leading)[:, None]
+    def _shift(
+        self, shift: torch.Tensor, length: torch.Tensor, logits: torch.Tensor, physical: torch.Tensor
+    ) -> torch.Tensor:
+        """Drop each row's first `shift` slots; return the logits this forward gave each remaining slot."""
+        source = (self.slots[None, :] + shift[:, None]).clamp(max=self.width - 1)
+        in_window = self.slots[None, :] < (length - shift)[:, None]
         self.window = torch.where(in_window, self.window.gather(1, source), self.mask_id)
-        self.window_length = length - num_leading
-        window_size = self.settings.window_size
-        slot_physical = physical.gather(1, source[:, :window_size]).clamp(max=fed - 1)
-        slot_logits = logits.gather(1, slot_physical[..., None].expand(-1, -1, logits.shape[-1]))
+        self.window_length = length - shift
         self.window_fill_step = self.window_fill_step.gather(1, source)
         for name in ("window_scores", "window_logits"):
             kept = getattr(self, name)
             if kept is not None:
                 setattr(self, name, kept.gather(1, source[..., None].expand(-1, -1, kept.shape[-1])))
+        window_size = self.settings.window_size
+        slot_physical = physical.gather(1, source[:, :window_size]).clamp(max=logits.shape[1] - 1)
+        return logits.gather(1, slot_physical[..., None].expand(-1, -1, logits.shape[-1]))
 
-        # 4. fill the confident mask slots
-        candidates = (self.window[:, :window_size] == self.mask_id) & in_window[:, :window_size]
+    def _fill(self, slot_logits: torch.Tensor, fillable: torch.Tensor) -> None:
+        """Fill the confident slots among the live, `fillable` ones of the first `window_size` slots."""
+        window_size = self.settings.window_size
+        candidates = fillable & (self.slots[None, :window_size] < self.window_length[:, None])
         chosen = choose_slots(
             slot_entropy(slot_logits),
             candidates,
@@ -319,6 +335,7 @@ def wedlm_decode(
     wedlm_pos_penalty_factor=UNSET,
     mask_token_id=UNSET,
     wedlm_blockwise=UNSET,
+    wedlm_lossless=UNSET,
     **model_kwargs,
 ) -> WeDLMGenerateOutput | torch.LongTensor:
     """WeDLM decoding loop; use as `model.generate(custom_generate=wedlm_decode, mask_token_id=..., ...)`.
@@ -336,8 +353,14 @@ def wedlm_decode(
         pos_penalty_factor=wedlm_pos_penalty_factor,
         mask_token_id=mask_token_id,
         blockwise=wedlm_blockwise,
+        lossless=wedlm_lossless,
     )
-    decoder = WindowDecoder(
+    decoder_class = WindowDecoder
+    if settings.lossless:
+        from .lossless import LosslessDecoder  # the lossless decoder builds on this module
+
+        decoder_class = LosslessDecoder
+    decoder = decoder_class(
         model,
         input_ids,
         _prompt_mask(input_ids, model_kwargs),

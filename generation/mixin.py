@@ -1,7 +1,11 @@
 """`generate(..., decoding="wedlm")` for WeDLM models, and `enable` for already-loaded supported models."""
 
+import copy
+import functools
+from collections.abc import Callable
+
 import torch
-from transformers import GenerationMixin, PreTrainedModel
+from transformers import GenerationConfig, GenerationMixin, PreTrainedModel, StoppingCriteriaList, StopStringCriteria
 
 from .decoding import wedlm_decode
 from .support import check_supported
@@ -28,7 +32,32 @@ class WeDLMGenerationMixin(GenerationMixin):
             raise ValueError("`decoding='wedlm'` already selects the decoding loop; do not pass `custom_generate` too.")
         if kwargs.get("assistant_model") is not None:
             raise ValueError("`decoding='wedlm'` cannot be combined with `assistant_model` (assisted decoding).")
-        return super().generate(*args, custom_generate=wedlm_decode, **kwargs)
+        decode, kwargs = bind_generate_kwargs(self.generation_config, kwargs)
+        return super().generate(*args, custom_generate=decode, **kwargs)
+
+
+def bind_generate_kwargs(model_generation_config: GenerationConfig, kwargs: dict) -> tuple[Callable, dict]:
+    """`wedlm_decode` with the `generate` arguments that transformers would not hand to it, and the other kwargs.
+
+    For a `custom_generate` callable, transformers 5.x passes on only the callable's own extra keywords: `streamer`
+    and `tokenizer` are dropped, so a streamer would see only the prompt and `stop_strings` would fail for want of
+    a tokenizer. The streamer is bound to the callable (it stays in kwargs so `generate` still streams the prompt)
+    and stop strings become a `StopStringCriteria` in `stopping_criteria`.
+    """
+    kwargs = dict(kwargs)
+    decode = functools.partial(wedlm_decode, streamer=kwargs.get("streamer"))
+    config = kwargs.get("generation_config") or model_generation_config
+    stop_strings = kwargs.pop("stop_strings", None) or config.stop_strings
+    if stop_strings:
+        tokenizer = kwargs.pop("tokenizer", None)
+        if tokenizer is None:
+            raise ValueError("`stop_strings` needs the model's tokenizer: pass `tokenizer=` to `generate`.")
+        criteria = StopStringCriteria(tokenizer=tokenizer, stop_strings=stop_strings)
+        kwargs["stopping_criteria"] = StoppingCriteriaList([*(kwargs.get("stopping_criteria") or []), criteria])
+        if config.stop_strings:  # transformers would try to build it again, without the tokenizer
+            kwargs["generation_config"] = copy.deepcopy(config)
+            kwargs["generation_config"].stop_strings = None
+    return decode, kwargs
 
 
 _ENABLED_CLASSES: dict[type, type] = {}

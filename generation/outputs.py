@@ -21,6 +21,10 @@ class WeDLMStats:
     model_calls: int = 0
     fill_steps: list[list[int]] = field(default_factory=list)
     commit_steps: list[list[int]] = field(default_factory=list)
+    drafted: list[int] | None = None
+    """Lossless mode only: drafts checked, drafts accepted, and forwards that corrected a draft, per row."""
+    accepted: list[int] | None = None
+    corrected: list[int] | None = None
 
     @property
     def tokens_per_forward(self) -> list[float]:
@@ -45,7 +49,10 @@ class WeDLMStats:
         return self.total_generated / processed if processed else 0.0
 
     def summary(self) -> dict:
-        return {
+        lossless = {} if self.drafted is None else {
+            "drafted": sum(self.drafted), "accepted": sum(self.accepted), "corrected": sum(self.corrected)
+        }
+        return lossless | {
             "generated": self.total_generated,
             "forwards": self.model_calls,
             "tokens_per_forward": round(self.total_tokens_per_forward, 3),

@@ -15,14 +15,14 @@ def choose_slots(
     """Boolean (batch, slots): the candidate slots to fill this step.
 
     A slot's score is its entropy plus `pos_penalty_factor` times its distance from the first candidate. Every slot
-    scoring below `threshold` is filled; a row with none (or `threshold=None`) fills its single best slot.
-    Every row must have at least one candidate.
+    scoring below `threshold` is filled; a row with none (or `threshold=None`) fills its single best slot, and a
+    row without candidates fills nothing.
     """
     slots = torch.arange(candidates.shape[1], device=candidates.device)
     first_candidate = candidates.int().argmax(dim=1, keepdim=True)
     score = entropy + pos_penalty_factor * (slots[None, :] - first_candidate)
     score = score.masked_fill(~candidates, float("inf"))
-    best = torch.zeros_like(candidates).scatter_(1, score.argmin(dim=1, keepdim=True), True)
+    best = torch.zeros_like(candidates).scatter_(1, score.argmin(dim=1, keepdim=True), True) & candidates
     if threshold is None:
         return best
     below = score < threshold

@@ -24,6 +24,7 @@ class WeDLMSettings:
     pos_penalty_factor: float
     mask_token_id: int
     blockwise: bool = False
+    lossless: bool = False
 
     @classmethod
     def resolve(
@@ -36,6 +37,7 @@ class WeDLMSettings:
         pos_penalty_factor=UNSET,
         mask_token_id=UNSET,
         blockwise=UNSET,
+        lossless=UNSET,
     ) -> "WeDLMSettings":
         def pick(value, name, default):
             if value is not UNSET:
@@ -47,6 +49,7 @@ class WeDLMSettings:
         pos_penalty_factor = pick(pos_penalty_factor, "wedlm_pos_penalty_factor", DEFAULT_POS_PENALTY_FACTOR)
         mask_token_id = pick(mask_token_id, "mask_token_id", None)
         blockwise = pick(blockwise, "wedlm_blockwise", False)
+        lossless = pick(lossless, "wedlm_lossless", False)
         if mask_token_id is None:
             mask_token_id = getattr(model_config, "mask_token_id", None)
 
@@ -70,10 +73,14 @@ class WeDLMSettings:
             raise ValueError(
                 f"`mask_token_id` must be an integer id inside the vocabulary [0, {vocab_size}), got {mask_token_id!r}."
             )
-        if not isinstance(blockwise, bool):
-            raise ValueError(f"`wedlm_blockwise` must be True or False, got {blockwise!r}.")
+        for name, flag in (("wedlm_blockwise", blockwise), ("wedlm_lossless", lossless)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"`{name}` must be True or False, got {flag!r}.")
+        if blockwise and lossless:
+            raise ValueError("`wedlm_blockwise` and `wedlm_lossless` cannot be combined; choose one.")
         return cls(
             blockwise=blockwise,
+            lossless=lossless,
             window_size=int(window_size),
             entropy_threshold=None if entropy_threshold is None else float(entropy_threshold),
             pos_penalty_factor=float(pos_penalty_factor),

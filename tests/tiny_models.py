@@ -38,7 +38,8 @@ _SHAPE = dict(
 def tiny_model(family: str, seed: int = 0, peak: float = 12.0, attn: str = "sdpa"):
     """A random `family` model whose lm_head is scaled by `peak` so some predictions are confident.
 
-    Random heads are nearly uniform; scaling makes entropies spread, so WeDLM takes multi-slot steps.
+    Random heads are nearly uniform; scaling makes entropies spread, so WeDLM takes multi-slot steps. The mask
+    token's logit is 0 while the largest of the other 95 random logits is almost surely positive.
     """
     torch.manual_seed(seed)
     if family == "llama":
@@ -57,6 +58,7 @@ def tiny_model(family: str, seed: int = 0, peak: float = 12.0, attn: str = "sdpa
         raise ValueError(family)
     with torch.no_grad():
         model.lm_head.weight.mul_(peak)
+        model.lm_head.weight[MASK_ID] = 0  # like a trained WeDLM model: the mask is never a next-token prediction
     model.generation_config = GenerationConfig(eos_token_id=EOS_ID, pad_token_id=PAD_ID, do_sample=False)
     model.config._attn_implementation = attn
     return model.eval()

@@ -16,9 +16,9 @@ DEFAULT_OUTPUT = "wedlm-tiny-code"
 def register(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--output-dir", default=DEFAULT_OUTPUT, help="where the checkpoint, loss log and plot are written")
-    add("--steps", type=int, default=700)
+    add("--steps", type=int, default=900)
     add("--batch-size", type=int, default=8)
-    add("--seq-len", type=int, default=256, help="tokens per stream (the model sees twice this)")
+    add("--seq-len", type=int, default=192, help="tokens per stream (the model sees twice this)")
     add("--block-size", type=int, default=16, help="prediction-stream block size B")
     add("--lr", type=float, default=2e-3)
     add("--warmup", type=int, default=40)

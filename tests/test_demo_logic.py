@@ -1,0 +1,197 @@
+"""The demo's logic without a browser: input validation, generate keywords, stats text, the step view's HTML, and
+the engine racing both decodings of a tiny random model (including Stop)."""
+
+import re
+import string
+import threading
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+from tiny_models import EOS_ID, MASK_ID, PAD_ID, tiny_model
+
+from wedlm_hf.demo.engine import StopRegistry, load_model, race
+from wedlm_hf.demo.logic import (
+    SLIDERS,
+    DecodeParams,
+    InputError,
+    format_stats,
+    generate_options,
+    render_step_view,
+    validate_params,
+    validate_prompt,
+)
+
+DEFAULTS = {name: spec.default for name, spec in SLIDERS.items()}
+
+
+def save_tiny_checkpoint(path: Path, peak: float = 100.0) -> Path:
+    """A tiny random WeDLM model and a character-level tokenizer, saved like a real checkpoint.
+
+    The head is scaled by `peak` so many slots are confident and WeDLM takes multi-token steps.
+    """
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<s>", "</s>", "<unk>"]
+    characters = string.digits + string.ascii_letters + " ,.:;!?-+=()[]'\"/*#_<>\n"
+    vocab = {token: i for i, token in enumerate(specials + list(characters))}
+    assert (vocab["<pad>"], vocab["</s>"]) == (PAD_ID, EOS_ID) and len(vocab) < MASK_ID
+    vocab["[MASK]"] = MASK_ID
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))  # no merges: one token per character
+    backend.decoder = decoders.Fuse()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>", mask_token="[MASK]"
+    )
+    tokenizer.save_pretrained(path)
+    tiny_model("wedlm", peak=peak).save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory) -> str:
+    return str(save_tiny_checkpoint(tmp_path_factory.mktemp("tiny-wedlm")))
+
+
+def test_sliders_follow_the_parameter_fields():
+    assert list(SLIDERS) == [f.name for f in fields(DecodeParams)]
+    for spec in SLIDERS.values():
+        assert spec.minimum <= spec.default <= spec.maximum
+
+
+def test_defaults_are_valid_and_typed():
+    params = validate_params(**DEFAULTS)
+    assert params == DecodeParams(16, 0.4, 0.02, 0.0, 64)
+    assert isinstance(params.window_size, int) and isinstance(params.max_new_tokens, int)
+
+
+def test_whole_floats_are_accepted_for_integer_sliders():
+    assert validate_params(**{**DEFAULTS, "window_size": 8.0}).window_size == 8
+
+
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("window_size", 0, "between 1 and 64"),
+        ("window_size", 2.5, "whole number"),
+        ("window_size", True, "must be a number"),
+        ("entropy_threshold", -0.1, "between 0 and 3"),
+        ("entropy_threshold", float("nan"), "must be a number"),
+        ("pos_penalty", None, "must be a number"),
+        ("temperature", "hot", "must be a number"),
+        ("max_new_tokens", 10_000, "between 1 and 256"),
+    ],
+)
+def test_bad_slider_values_give_a_message(name, value, message):
+    with pytest.raises(InputError, match=message) as error:
+        validate_params(**{**DEFAULTS, name: value})
+    assert SLIDERS[name].label in str(error.value)
+
+
+@pytest.mark.parametrize("prompt", ["", "   \n", None])
+def test_empty_prompt_is_refused(prompt):
+    with pytest.raises(InputError, match="prompt"):
+        validate_prompt(prompt)
+
+
+def test_generate_options_share_length_and_sampling():
+    params = DecodeParams(8, 0.5, 0.1, 0.0, 32)
+    wedlm, ar = generate_options(params, "wedlm"), generate_options(params, "ar")
+    assert wedlm == {
+        "decoding": "wedlm",
+        "max_new_tokens": 32,
+        "do_sample": False,
+        "return_dict_in_generate": True,
+        "wedlm_window_size": 8,
+        "wedlm_entropy_threshold": 0.5,
+        "wedlm_pos_penalty_factor": 0.1,
+    }
+    assert ar == {"decoding": "ar", "max_new_tokens": 32, "do_sample": False, "return_dict_in_generate": True}
+    sampled = generate_options(DecodeParams(8, 0.5, 0.1, 0.7, 32), "ar")
+    assert sampled["do_sample"] and sampled["temperature"] == 0.7
+
+
+def test_format_stats():
+    assert format_stats("WeDLM", 64, 2.0, 25) == "**WeDLM** · 64 tokens · 25 forwards · 2.56 tokens/forward · 32.0 tokens/s"
+    assert format_stats("AR", 3, 0.0, note="running…") == "**AR** · 3 tokens · – tokens/s · running…"
+
+
+def test_step_view_rows_follow_the_window():
+    # window 2: forward 1 fills tokens 0-1; forward 2 commits them, feeds two new mask slots and fills token 2;
+    # forward 3 commits 2 and fills 3; token 3 is committed with no forward after it (forwards + 1).
+    html = render_step_view(["a", " ", "<b>", "\n"], [1, 1, 2, 3], [2, 2, 3, 4], window_size=2, forwards=3)
+    cells = re.findall(r'class="wd-cell wd-(\w+)" style="grid-row:(\d+);grid-column:(\d+)"[^>]*>([^<]*)<', html)
+    assert cells == [
+        ("new", "1", "2", "a"),
+        ("new", "1", "3", "␣"),
+        ("commit", "2", "2", "a"),
+        ("commit", "2", "3", "␣"),
+        ("new", "2", "4", "&lt;b&gt;"),
+        ("mask", "2", "5", "·"),
+        ("commit", "3", "4", "&lt;b&gt;"),
+        ("new", "3", "5", "⏎"),
+        ("commit", "4", "5", "⏎"),
+    ]
+    assert "4 (no forward)" in html and "<b>" not in html
+    # the text line: background = committing forward, underline = filling forward, the numbers in the tooltip
+    assert 'title="token 2: filled in forward 2, committed in forward 3"' in html
+
+
+def test_step_view_of_nothing_and_of_mismatched_traces():
+    assert "No tokens" in render_step_view([], [], [], window_size=4)
+    with pytest.raises(ValueError, match="one fill and one commit step per token"):
+        render_step_view(["a"], [1, 1], [2], window_size=4)
+
+
+def test_stop_registry_reaches_the_running_generation():
+    runs = StopRegistry()
+    first = runs.start("s")
+    second = runs.start("s")  # a new run in the same session stops the old one
+    assert first.is_set() and not second.is_set()
+    runs.finish("s", first)  # the old run ending does not forget the new one
+    assert runs.stop("s") and second.is_set()
+    assert not runs.stop("s") and not runs.stop("other")
+
+
+def test_load_model_refuses_a_blank_name():
+    with pytest.raises(InputError, match="Choose a model"):
+        load_model("  ")
+
+
+def _race_to_the_end(checkpoint: str, stop: threading.Event, max_new_tokens: int):
+    model, tokenizer = load_model(checkpoint)
+    params = validate_params(**{**DEFAULTS, "max_new_tokens": max_new_tokens})
+    snapshots = 0
+    for progress in race(model, tokenizer, "1, 2, 3, 4,", params, stop, poll_seconds=0.05):
+        snapshots += 1
+    return progress, snapshots
+
+
+def test_race_streams_both_sides_to_the_end(tiny_checkpoint):
+    stop = threading.Event()
+    progress, snapshots = _race_to_the_end(tiny_checkpoint, stop, max_new_tokens=24)
+    assert snapshots >= 1 and stop.is_set()  # the finished race releases its flag
+    for side, state in progress.items():
+        assert state.done and state.error is None, (side, state.error)
+        sequence = state.output.sequences[0].tolist()
+        assert state.token_ids == sequence[len(sequence) - len(state.token_ids) :]  # streamed = returned
+        assert 0 < len(state.token_ids) <= 24
+    stats = progress["wedlm"].output.wedlm_stats
+    assert stats.generated[0] == len(progress["wedlm"].token_ids) == len(stats.fill_steps[0])
+    assert stats.tokens_per_forward[0] > 1  # the peaky head lets WeDLM commit several tokens per forward
+
+
+def test_stop_flag_ends_both_sides_after_one_token(tiny_checkpoint):
+    stop = threading.Event()
+    stop.set()
+    progress, _ = _race_to_the_end(tiny_checkpoint, stop, max_new_tokens=256)
+    assert [len(state.token_ids) for state in progress.values()] == [1, 1]
+
+
+def test_closing_the_race_stops_the_threads(tiny_checkpoint):
+    model, tokenizer = load_model(tiny_checkpoint)
+    stop = threading.Event()
+    snapshots = race(model, tokenizer, "1, 2,", validate_params(**{**DEFAULTS, "max_new_tokens": 256}), stop)
+    next(snapshots)
+    snapshots.close()  # what Gradio does when the event is cancelled
+    assert stop.is_set()

@@ -1,0 +1,75 @@
+"""Benchmark WeDLM against greedy AR, prompt lookup, block-wise WeDLM and the cache-free reference.
+
+Prints a markdown table (tokens/s, forwards, tokens/forward, p_cache, peak RSS, agreement with AR) per prompt set
+and the time-vs-length table; optionally writes JSON and a PNG.
+"""
+
+import argparse
+import sys
+
+QUICK = {"num_prompts": 4, "max_new_tokens": 64, "repeats": 2, "thresholds": "0.2,0.8", "lengths": "64,128,256,512"}
+
+
+def _thresholds(text: str) -> tuple[float | None, ...]:
+    return tuple(None if t.strip().lower() in ("none", "1slot") else float(t) for t in text.split(",") if t.strip())
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(t) for t in text.split(",") if t.strip())
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default=None, help="local path or Hub id (default: the embedded checkpoint; "
+                        "'random': a random 4-layer d=256 model with random prompts)")
+    parser.add_argument("--prompts", action="append", default=None,
+                        help="'code', 'counting' or a JSONL file of {\"prompt\": ...}; repeatable (default: code and counting)")
+    parser.add_argument("--num-prompts", type=int, default=8, help="prompts per set")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3, help="timed interleaved repeats (median reported)")
+    parser.add_argument("--thresholds", default="0.1,0.2,0.4,0.8,1.6",
+                        help="entropy thresholds swept for wedlm and wedlm_blockwise; 'none' = one slot per step")
+    parser.add_argument("--arms", default=None, help="comma-separated arm families (default: all)")
+    parser.add_argument("--lengths", default="64,128,256,512,1024", help="generated lengths of the time-vs-length run ('' skips it)")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
+    parser.add_argument("--quick", action="store_true", help="small sizes (4 prompts, 64 tokens, 2 repeats): a few minutes")
+    parser.add_argument("--json", default=None, metavar="PATH", help="write all results as JSON")
+    parser.add_argument("--plot", default=None, metavar="PATH", help="write the two figures as PNG")
+    parser.add_argument("--no-progress", action="store_true")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    import wedlm_hf
+
+    from .models import load_model
+    from .prompts import PROMPT_SETS, load_prompt_set
+    from .report import markdown, plot, write_json
+    from .runner import BenchConfig, run_bench
+
+    if args.quick:
+        for key, value in QUICK.items():
+            setattr(args, key, value)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, tokenizer = load_model(args.model or wedlm_hf.DEFAULT_MODEL)
+    vocab_size = model.config.get_text_config().vocab_size
+    names = args.prompts or list(PROMPT_SETS)
+    if tokenizer is None:
+        names = ["random"]
+    prompt_sets = {name: load_prompt_set(name, args.num_prompts, tokenizer, vocab_size) for name in names}
+    config = BenchConfig(
+        max_new_tokens=args.max_new_tokens,
+        repeats=args.repeats,
+        thresholds=_thresholds(args.thresholds),
+        families=tuple(a.strip() for a in args.arms.split(",")) if args.arms else None,
+        scaling_lengths=_ints(args.lengths),
+    )
+    result = run_bench(model, prompt_sets, config, progress=not args.no_progress)
+    sys.stdout.write(markdown(result))
+    if args.json:
+        write_json(result, args.json)
+    if args.plot:
+        plot(result, args.plot)
+    return 0

@@ -1,0 +1,74 @@
+"""Prompt sets: held-out Python stdlib code, counting sequences, a user's JSONL file, or random ids.
+
+The embedded checkpoint is trained on stdlib files, so code prompts must come from files it never saw. When
+`wedlm_hf.training` publishes its held-out split (`held_out_files()`), that list is used; otherwise a fixed
+rule picks the files (sorted top-level stdlib modules whose name hashes to 0 mod 10) so runs stay comparable.
+"""
+
+import json
+import sysconfig
+import zlib
+from pathlib import Path
+
+import torch
+
+PROMPT_SETS = ("code", "counting")
+
+
+def _held_out_files() -> list[Path]:
+    try:
+        from ..training.corpus import held_out_files
+    except ImportError:
+        stdlib = Path(sysconfig.get_paths()["stdlib"])
+        return [p for p in sorted(stdlib.glob("*.py")) if zlib.crc32(p.name.encode()) % 10 == 0]
+    return [Path(p) for p in held_out_files()]
+
+
+def code_prompts(count: int, max_chars: int = 600) -> list[str]:
+    """The opening of the first function or class of each held-out stdlib file, cut at a line end."""
+    prompts = []
+    for path in _held_out_files():
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
+        start = next((i for i, line in enumerate(lines) if line.startswith(("def ", "class "))), None)
+        if start is None:
+            continue
+        text = ""
+        for line in lines[start:]:
+            if len(text) + len(line) > max_chars:
+                break
+            text += line
+        if text:
+            prompts.append(text)
+        if len(prompts) == count:
+            break
+    return prompts
+
+
+def counting_prompts(count: int, shown: int = 8) -> list[str]:
+    """Comma-separated runs of consecutive integers from spread-out starts: the most predictable continuations."""
+    return [", ".join(str(n) for n in range(start, start + shown)) + ", " for start in range(1, 97 * count, 97)]
+
+
+def jsonl_prompts(path: str | Path, count: int | None = None) -> list[str]:
+    """`{"prompt": ...}` per line."""
+    lines = [line for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [json.loads(line)["prompt"] for line in lines][:count]
+
+
+def random_prompts(count: int, length: int, vocab_size: int, seed: int = 0) -> list[list[int]]:
+    """Random id prompts for a random model, avoiding pad/BOS/EOS (ids < 3) and the mask id (the last)."""
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, vocab_size - 1, (length,), generator=generator).tolist() for _ in range(count)]
+
+
+def load_prompt_set(name: str, count: int, tokenizer=None, vocab_size: int | None = None) -> list[list[int]]:
+    """Token ids of the prompt set `name` ("code", "counting" or a .jsonl path); random ids without a tokenizer."""
+    if tokenizer is None:
+        return random_prompts(count, 32, vocab_size, seed=zlib.crc32(name.encode()))
+    if name == "code":
+        texts = code_prompts(count)
+    elif name == "counting":
+        texts = counting_prompts(count)
+    else:
+        texts = jsonl_prompts(name, count)
+    return [tokenizer(text)["input_ids"] for text in texts]

@@ -1,0 +1,262 @@
+"""Runs the arms on the same model, prompts and machine, interleaved so load drift hits every arm alike.
+
+Per prompt set: a warm-up decode per arm; one *instrumented* pass (forward-counting hook, RSS sampler) that yields
+outputs, forwards, p_cache, memory and agreement; then `repeats` *timed* passes with nothing attached, where
+each prompt runs every arm back to back in an order rotated per prompt and repeat. Speeds are medians over
+repeats; speed-ups are medians of per-repeat ratios (paired, so drift between repeats cancels).
+"""
+
+import platform
+import statistics
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import psutil
+import torch
+from transformers import PreTrainedModel
+
+from .arms import BASELINE, FAMILIES, Arm, Decoded, build_arms
+
+SCALING_LENGTHS = (64, 128, 256, 512, 1024)
+SCALING_FAMILIES = ("ar", "wedlm", "nocache")
+
+
+@dataclass
+class BenchConfig:
+    max_new_tokens: int = 128
+    repeats: int = 3
+    thresholds: tuple[float | None, ...] = (0.1, 0.2, 0.4, 0.8, 1.6)
+    families: tuple[str, ...] | None = None
+    """Arm families to run (None: all of `arms.FAMILIES`)."""
+    scaling_lengths: tuple[int, ...] = SCALING_LENGTHS
+    """Generated lengths of the time-vs-length run (empty: skip it); EOS is disabled there."""
+    scaling_families: tuple[str, ...] = SCALING_FAMILIES
+
+
+@dataclass
+class ArmResult:
+    arm: str
+    family: str
+    threshold: float | None | str
+    tokens_per_s: float
+    speedup: float | None
+    generated: int
+    forwards: int
+    tokens_per_forward: float
+    p_cache: float | None
+    peak_rss_mib: float
+    rss_growth_mib: float
+    identical: float | None
+    token_match: float | None
+    tokens_per_s_repeats: list[float] = field(default_factory=list)
+
+
+@dataclass
+class BenchResult:
+    config: BenchConfig
+    machine: dict
+    sets: dict[str, list[ArmResult]]
+    scaling: dict[str, dict[int, float]]
+    """Arm -> generated length -> median seconds of one decode."""
+
+
+class ForwardCounter:
+    """Counts model forwards and the query tokens they fed, via a pre-hook on the top-level module."""
+
+    def __init__(self, model: PreTrainedModel):
+        self.model, self.calls, self.fed = model, 0, 0
+
+    def _hook(self, module, args, kwargs) -> None:
+        input_ids = kwargs.get("input_ids", args[0] if args else None)
+        self.calls += 1
+        self.fed += int(input_ids.shape[1])
+
+    def __enter__(self) -> "ForwardCounter":
+        self.handle = self.model.register_forward_pre_hook(self._hook, with_kwargs=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.handle.remove()
+
+
+class RssSampler:
+    """Peak resident set size of this process while the block runs, sampled by a thread every `interval` s.
+
+    `ru_maxrss` is a whole-process high-water mark, useless for the second arm onwards; sampling gives each arm
+    its own peak. Allocator caching means `growth` (peak minus RSS at entry) is the number to compare.
+    """
+
+    def __init__(self, interval: float = 0.005):
+        self.interval, self.process = interval, psutil.Process()
+        self._stop = threading.Event()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.peak = max(self.peak, self.process.memory_info().rss)
+
+    def __enter__(self) -> "RssSampler":
+        self.start = self.peak = self.process.memory_info().rss
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.process.memory_info().rss)
+
+    @property
+    def growth(self) -> int:
+        return self.peak - self.start
+
+
+def _rotated(items: Sequence, shift: int) -> list:
+    shift %= len(items)
+    return list(items[shift:]) + list(items[:shift])
+
+
+def _agreement(outputs: list[list[int]], baseline: list[list[int]]) -> tuple[float, float]:
+    """Share of identical continuations, and mean share of positions (over the longer one) holding the same token."""
+    identical = sum(a == b for a, b in zip(outputs, baseline)) / len(outputs)
+    match = [
+        sum(x == y for x, y in zip(a, b)) / max(len(a), len(b), 1) for a, b in zip(outputs, baseline)
+    ]
+    return identical, sum(match) / len(match)
+
+
+def _p_cache(decoded: list[Decoded], prompts: list[list[int]], counter: ForwardCounter) -> float:
+    """Spec §3's generated/processed; for arms without WeDLM stats, processed = positions fed beyond the prompt
+    plus the final token, which no forward feeds (so greedy AR scores exactly 1)."""
+    generated = sum(len(d.tokens) for d in decoded)
+    if all(d.stats is not None for d in decoded):
+        return generated / max(sum(d.stats["processed"] for d in decoded), 1)
+    processed = counter.fed - sum(len(p) for p in prompts) + len(prompts)
+    return generated / max(processed, 1)
+
+
+def bench_prompt_set(
+    model: PreTrainedModel,
+    arms: Sequence[Arm],
+    prompts: list[list[int]],
+    config: BenchConfig,
+    tick: Callable[[], None] = lambda: None,
+) -> list[ArmResult]:
+    """Warm-up, instrumented pass and timed interleaved repeats of every arm over `prompts`."""
+    for arm in arms:
+        arm.decode(model, prompts[0], min(config.max_new_tokens, 32), exact_length=False)
+        tick()
+
+    outputs, measured = {}, {}
+    for arm in arms:
+        with ForwardCounter(model) as counter, RssSampler() as rss:
+            decoded = [arm.decode(model, p, config.max_new_tokens, exact_length=False) for p in prompts]
+            for _ in prompts:
+                tick()
+        outputs[arm.name] = [d.tokens for d in decoded]
+        measured[arm.name] = (counter, rss, _p_cache(decoded, prompts, counter))
+
+    seconds = {arm.name: [0.0] * config.repeats for arm in arms}
+    tokens = {arm.name: [0] * config.repeats for arm in arms}
+    for repeat in range(config.repeats):
+        for index, prompt in enumerate(prompts):
+            for arm in _rotated(arms, repeat * len(prompts) + index):
+                start = time.perf_counter()
+                decoded = arm.decode(model, prompt, config.max_new_tokens, exact_length=False)
+                seconds[arm.name][repeat] += time.perf_counter() - start
+                tokens[arm.name][repeat] += len(decoded.tokens)
+                tick()
+    speeds = {name: [t / s for t, s in zip(tokens[name], seconds[name])] for name in seconds}
+
+    results = []
+    for arm in arms:
+        counter, rss, p_cache = measured[arm.name]
+        generated = sum(len(t) for t in outputs[arm.name])
+        agreement = _agreement(outputs[arm.name], outputs[BASELINE]) if BASELINE in outputs else (None, None)
+        speedup = (
+            statistics.median(a / b for a, b in zip(speeds[arm.name], speeds[BASELINE])) if BASELINE in speeds else None
+        )
+        results.append(
+            ArmResult(
+                arm=arm.name,
+                family=arm.family,
+                threshold=arm.threshold,
+                tokens_per_s=statistics.median(speeds[arm.name]),
+                speedup=speedup,
+                generated=generated,
+                forwards=counter.calls,
+                tokens_per_forward=generated / max(counter.calls, 1),
+                p_cache=p_cache,
+                peak_rss_mib=rss.peak / 2**20,
+                rss_growth_mib=rss.growth / 2**20,
+                identical=agreement[0],
+                token_match=agreement[1],
+                tokens_per_s_repeats=speeds[arm.name],
+            )
+        )
+    return results
+
+
+def time_vs_length(
+    model: PreTrainedModel,
+    arms: Sequence[Arm],
+    prompt: list[int],
+    lengths: Sequence[int],
+    repeats: int,
+    tick: Callable[[], None] = lambda: None,
+) -> dict[str, dict[int, float]]:
+    """Median seconds of one decode of exactly `length` new tokens (EOS disabled), per arm and length, interleaved."""
+    for arm in arms:
+        arm.decode(model, prompt, min(lengths), exact_length=True)
+        tick()
+    samples = {arm.name: {length: [] for length in lengths} for arm in arms}
+    for repeat in range(repeats):
+        for index, length in enumerate(lengths):
+            for arm in _rotated(arms, repeat + index):
+                start = time.perf_counter()
+                decoded = arm.decode(model, prompt, length, exact_length=True)
+                samples[arm.name][length].append(time.perf_counter() - start)
+                if len(decoded.tokens) != length:
+                    raise RuntimeError(f"{arm.name} produced {len(decoded.tokens)} tokens, expected exactly {length}")
+                tick()
+    return {name: {n: statistics.median(s) for n, s in by_length.items()} for name, by_length in samples.items()}
+
+
+def machine_info() -> dict:
+    """What the numbers were measured on."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {
+        "cpu": cpu,
+        "logical_cores": psutil.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "load_average": list(psutil.getloadavg()),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def run_bench(
+    model: PreTrainedModel,
+    prompt_sets: dict[str, list[list[int]]],
+    config: BenchConfig = BenchConfig(),
+    progress: bool = True,
+) -> BenchResult:
+    """Benchmark every arm on every prompt set, then time vs generated length; see the module docstring."""
+    from tqdm.auto import tqdm
+
+    arms = build_arms(config.families or tuple(FAMILIES), config.thresholds)
+    scaling_arms = [a for a in arms if a.name in config.scaling_families] if config.scaling_lengths else []
+    total = sum(len(arms) * (1 + len(p) * (1 + config.repeats)) for p in prompt_sets.values())
+    total += len(scaling_arms) * (1 + len(config.scaling_lengths) * config.repeats)
+    with tqdm(total=total, desc="bench", unit="decode", disable=not progress) as bar:
+        sets = {name: bench_prompt_set(model, arms, prompts, config, bar.update) for name, prompts in prompt_sets.items()}
+        first_prompt = next(iter(prompt_sets.values()))[0]
+        scaling = time_vs_length(model, scaling_arms, first_prompt, config.scaling_lengths, config.repeats, bar.update)
+    return BenchResult(config=config, machine=machine_info(), sets=sets, scaling=scaling)
+
