@@ -292,6 +292,9 @@ class WindowDecoder:
 
 
 def _prompt_mask(input_ids: torch.LongTensor, model_kwargs: dict) -> torch.Tensor:
+    """The prompt's 2D padding mask, checked: WeDLM needs left padding and at least one real token per row."""
+    if input_ids.shape[1] == 0:
+        raise ValueError("`input_ids` is empty: WeDLM decoding needs at least one prompt token (e.g. the BOS token).")
     attention_mask = model_kwargs.get("attention_mask")
     if attention_mask is None:
         return torch.ones_like(input_ids)
@@ -300,10 +303,18 @@ def _prompt_mask(input_ids: torch.LongTensor, model_kwargs: dict) -> torch.Tenso
             f"`attention_mask` must have the shape of `input_ids` {tuple(input_ids.shape)}, "
             f"got {tuple(attention_mask.shape)}."
         )
+    empty_rows = (attention_mask.sum(1) == 0).nonzero().flatten().tolist()
+    if empty_rows:
+        raise ValueError(f"Rows {empty_rows} of `attention_mask` are all padding: every row needs a prompt token.")
+    if bool((attention_mask[:, 1:] < attention_mask[:, :-1]).any()):
+        raise ValueError(
+            "`attention_mask` has padding after a prompt token (right padding). WeDLM decoding, like every "
+            "decoder-only generation, needs left padding: set `tokenizer.padding_side = 'left'`."
+        )
     return attention_mask
 
 
-def _validate_request(model: PreTrainedModel, input_ids, generation_config: GenerationConfig, model_kwargs, synced_gpus):
+def _validate_request(model: PreTrainedModel, generation_config: GenerationConfig, model_kwargs, synced_gpus) -> None:
     check_supported(model)
     if generation_config.num_beams is not None and generation_config.num_beams > 1:
         raise ValueError(
@@ -318,6 +329,32 @@ def _validate_request(model: PreTrainedModel, input_ids, generation_config: Gene
         raise ValueError(
             "WeDLM decoding builds its own cache; a filled `cache` / `past_key_values` from an earlier call cannot be "
             "continued. Pass the full sequence as `input_ids` instead."
+        )
+
+
+def _validate_special_tokens(settings: WeDLMSettings, generation_config: GenerationConfig) -> None:
+    """The mask id marks empty slots, so it must differ from every id the output can end or be padded with."""
+    eos = generation_config._eos_token_tensor
+    if eos is not None and settings.mask_token_id in eos.flatten().tolist():
+        raise ValueError(
+            f"`mask_token_id` ({settings.mask_token_id}) is also an `eos_token_id`: a slot holding it would be both "
+            "empty and final. Use the checkpoint's dedicated mask token."
+        )
+    pad = generation_config._pad_token_tensor
+    if pad is not None and int(pad) == settings.mask_token_id:
+        raise ValueError(
+            f"`mask_token_id` ({settings.mask_token_id}) equals `pad_token_id`: finished rows would look like empty "
+            "slots. Set a different `pad_token_id`."
+        )
+
+
+def _check_positions(model: PreTrainedModel, prompt_mask: torch.Tensor, max_new_tokens: int) -> None:
+    limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+    longest = int(prompt_mask.sum(1).max())
+    if limit is not None and longest + max_new_tokens > limit:
+        raise ValueError(
+            f"A prompt of {longest} tokens plus max_new_tokens={max_new_tokens} exceeds the model's "
+            f"max_position_embeddings ({limit}); shorten the prompt or lower `max_new_tokens`."
         )
 
 
@@ -343,7 +380,7 @@ def wedlm_decode(
     Takes the `wedlm_*` keywords (window size, entropy threshold, distance penalty) and `mask_token_id`, else the
     generation config's attributes of those names, else the defaults of `WeDLMSettings`.
     """
-    _validate_request(model, input_ids, generation_config, model_kwargs, synced_gpus)
+    _validate_request(model, generation_config, model_kwargs, synced_gpus)
     settings = WeDLMSettings.resolve(
         generation_config,
         model.config,
@@ -355,6 +392,9 @@ def wedlm_decode(
         blockwise=wedlm_blockwise,
         lossless=wedlm_lossless,
     )
+    _validate_special_tokens(settings, generation_config)
+    prompt_mask = _prompt_mask(input_ids, model_kwargs)
+    _check_positions(model, prompt_mask, generation_config.max_length - input_ids.shape[1])
     decoder_class = WindowDecoder
     if settings.lossless:
         from .lossless import LosslessDecoder  # the lossless decoder builds on this module
@@ -363,7 +403,7 @@ def wedlm_decode(
     decoder = decoder_class(
         model,
         input_ids,
-        _prompt_mask(input_ids, model_kwargs),
+        prompt_mask,
         settings,
         generation_config,
         logits_processor,

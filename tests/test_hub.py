@@ -1,0 +1,141 @@
+"""Shipped checkpoint configs, `wedlm-hf export` (remote code, custom_generate) and `wedlm-hf push`, offline."""
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+import wedlm_hf.hub.push
+from test_ecosystem import RecordingStreamer, build_tokenizer
+from tiny_models import MASK_ID, tiny_model
+from wedlm_hf import WeDLMConfig, WeDLMForCausalLM, enable
+from wedlm_hf.cli import main
+from wedlm_hf.hub import HUB_CONFIG_NAMES, hub_config_dir
+
+# name -> (transformers class with the same weights, parameter count in billions, attention bias / q-k norm)
+CHECKPOINTS = {
+    "WeDLM-7B": (Qwen2Config, Qwen2ForCausalLM, 7.62, False),
+    "WeDLM-7B-Instruct": (Qwen2Config, Qwen2ForCausalLM, 7.62, False),
+    "WeDLM-8B": (Qwen3Config, Qwen3ForCausalLM, 8.19, True),
+    "WeDLM-8B-Instruct": (Qwen3Config, Qwen3ForCausalLM, 8.19, True),
+}
+SHAPE_KEYS = (
+    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "tie_word_embeddings",
+)
+PROMPT = torch.tensor([[7, 8, 9, 10]])
+GREEDY = dict(do_sample=False, max_new_tokens=24)
+
+
+def test_every_checkpoint_is_shipped():
+    assert set(HUB_CONFIG_NAMES) == set(CHECKPOINTS)
+
+
+@pytest.mark.parametrize("name", sorted(CHECKPOINTS))
+def test_config_matches_qwen_layout_on_meta(name):
+    config_class, qwen_class, billions, qk_norm = CHECKPOINTS[name]
+    config = WeDLMConfig.from_pretrained(hub_config_dir() / name)
+    assert config.qk_norm is qk_norm and config.attention_bias is not qk_norm
+    assert config.rope_parameters["rope_theta"] == 1e6 and config.head_dim == 128
+    assert config.vocab_size > config.mask_token_id >= 151669  # past every id the Qwen tokenizers assign
+    generation = GenerationConfig.from_pretrained(hub_config_dir() / name)
+    assert generation.decoding == "wedlm" and generation.mask_token_id == config.mask_token_id
+    with torch.device("meta"):
+        ours = WeDLMForCausalLM(config)
+        qwen = qwen_class(config_class(**{key: getattr(config, key) for key in SHAPE_KEYS}))
+    assert sum(p.numel() for p in ours.parameters()) / 1e9 == pytest.approx(billions, abs=0.01)
+    ours_shapes = {key: tuple(value.shape) for key, value in ours.state_dict().items()}
+    assert ours_shapes == {key: tuple(value.shape) for key, value in qwen.state_dict().items()}
+    assert ("model.layers.0.self_attn.q_norm.weight" in ours_shapes) is qk_norm
+    assert ("model.layers.0.self_attn.q_proj.bias" in ours_shapes) is not qk_norm
+
+
+REMOTE_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    sys.modules["wedlm_hf"] = None  # the package must not be needed
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    model_dir, config_dir = sys.argv[1:3]
+    model = AutoModelForCausalLM.from_pretrained(model_dir, trust_remote_code=True)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokens = model.generate(torch.tensor([[7, 8, 9, 10]]), decoding="wedlm", do_sample=False, max_new_tokens=24)
+    config = AutoConfig.from_pretrained(config_dir, trust_remote_code=True)
+    print(json.dumps({
+        "tokens": tokens[0].tolist(), "module": type(model).__module__, "vocab": len(tokenizer),
+        "config_class": type(config).__name__, "config_module": type(config).__module__, "qk_norm": config.qk_norm,
+    }))
+    """
+)
+
+
+def test_exported_folder_runs_without_the_package(tmp_path):
+    model = tiny_model("wedlm", peak=40)
+    source = tmp_path / "source"
+    model.save_pretrained(source)
+    build_tokenizer().save_pretrained(source)
+    assert main(["export", str(tmp_path / "model"), "--model", str(source)]) == 0
+    assert main(["export", str(tmp_path / "config"), "--config", "WeDLM-8B"]) == 0
+    for folder in (tmp_path / "model", tmp_path / "config"):
+        config = json.loads((folder / "config.json").read_text())
+        assert config["auto_map"]["AutoModelForCausalLM"] == "modeling_wedlm.WeDLMForCausalLM"
+        assert "custom_code" in (folder / "README.md").read_text()
+        for module in folder.glob("*.py"):
+            assert "wedlm_hf" not in module.read_text() and "from .." not in module.read_text(), module
+    assert (tmp_path / "model" / "model.safetensors").exists() and not (tmp_path / "config" / "model.safetensors").exists()
+
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env["HF_MODULES_CACHE"] = str(tmp_path / "modules")
+    script = tmp_path / "load.py"
+    script.write_text(REMOTE_SCRIPT)
+    result = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "model"), str(tmp_path / "config")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    remote = json.loads(result.stdout.strip().splitlines()[-1])
+    assert remote["module"].startswith("transformers_modules") and remote["config_module"].startswith("transformers_modules")
+    assert remote["config_class"] == "WeDLMConfig" and remote["qk_norm"] is True and remote["vocab"] == 96
+    assert remote["tokens"] == model.generate(PROMPT, decoding="wedlm", **GREEDY)[0].tolist()
+
+
+def test_custom_generate_repo_on_untouched_llama(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "modules"))
+    assert main(["export", str(tmp_path / "recipe"), "--custom-generate"]) == 0
+    assert "custom_generate" in (tmp_path / "recipe" / "README.md").read_text()
+    llama = tiny_model("llama", peak=40)
+    expected = enable(copy.deepcopy(llama)).generate(PROMPT, decoding="wedlm", mask_token_id=MASK_ID, **GREEDY)
+    assert not torch.equal(expected, llama.generate(PROMPT, **GREEDY))
+    streamer = RecordingStreamer()
+    tokens = llama.generate(
+        PROMPT, custom_generate=str(tmp_path / "recipe"), trust_remote_code=True, mask_token_id=MASK_ID,
+        streamer=streamer, **GREEDY,
+    )
+    assert torch.equal(tokens, expected)
+    assert torch.equal(torch.cat(streamer.puts, dim=1), expected) and streamer.ended
+
+
+def test_push_uploads_the_export(tmp_path, monkeypatch):
+    calls = {}
+    monkeypatch.setattr(wedlm_hf.hub.push, "create_repo", lambda repo_id, **kw: calls.setdefault("create", (repo_id, kw)))
+
+    def fake_upload(folder_path, repo_id, **kwargs):
+        calls["upload"] = (repo_id, sorted(p.name for p in folder_path.iterdir()), kwargs)
+        return f"https://huggingface.co/{repo_id}/commit/0"
+
+    monkeypatch.setattr(wedlm_hf.hub.push, "upload_folder", fake_upload)
+    assert main(["export", str(tmp_path / "out"), "--config", "WeDLM-7B"]) == 0
+    assert main(["push", str(tmp_path / "out"), "--repo-id", "me/WeDLM-7B", "--private"]) == 0
+    assert calls["create"] == ("me/WeDLM-7B", {"private": True, "token": None, "exist_ok": True})
+    repo_id, files, _ = calls["upload"]
+    assert repo_id == "me/WeDLM-7B"
+    assert {"config.json", "generation_config.json", "README.md", "modeling_wedlm.py", "decoding.py"} <= set(files)
+    with pytest.raises(ValueError, match="not an exported folder"):
+        main(["push", str(tmp_path), "--repo-id", "me/empty"])
