@@ -7,7 +7,6 @@ docs/demo.png. Skips only when Playwright, Gradio or the browser is missing (`.c
 
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -86,27 +85,33 @@ def demo_url(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def page(demo_url):
-    """A page of the demo with every request that leaves the machine aborted (recorded in `page.blocked`)."""
+def browser():
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        context = browser.new_context(viewport={"width": 1400, "height": 900})
-        blocked: list[str] = []
-
-        def offline(route):
-            if urlparse(route.request.url).hostname in LOOPBACK:
-                route.continue_()
-            else:
-                blocked.append(route.request.url)
-                route.abort()
-
-        context.route("**/*", offline)
-        page = context.new_page()
-        page.blocked = blocked
-        page.goto(demo_url)
-        page.locator("#run").wait_for(timeout=30_000)
-        yield page
+        yield browser
         browser.close()
+
+
+@pytest.fixture
+def page(browser, demo_url):
+    """A fresh page of the demo with every request that leaves the machine aborted (and listed in `page.blocked`)."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    blocked: list[str] = []
+
+    def offline(route):
+        if urlparse(route.request.url).hostname in LOOPBACK:
+            route.continue_()
+        else:
+            blocked.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", offline)
+    page = context.new_page()
+    page.blocked = blocked
+    page.goto(demo_url)
+    page.locator("#run").wait_for(timeout=30_000)
+    yield page
+    context.close()
 
 
 def _text(page, selector: str) -> str:
@@ -136,8 +141,8 @@ def test_counting_prompt_decodes_in_parallel(page):
     assert page.locator("#step-view .wd-commit").count() > 0  # the step view rendered its grid
     assert page.locator("#step-view .wd-tok").count() > 0
     SCREENSHOT.parent.mkdir(exist_ok=True)
+    assert page.blocked == []  # nothing on the page reaches for the internet
     page.screenshot(path=str(SCREENSHOT), full_page=True)
-    print(f"blocked off-machine requests: {page.blocked}")
 
 
 def test_bad_model_gives_a_message(page, tmp_path):
@@ -147,3 +152,18 @@ def test_bad_model_gives_a_message(page, tmp_path):
     page.locator("#run").click()
     sync_api.expect(page.locator("#status")).to_contain_text("Could not load model", timeout=20_000)
     assert "Traceback" not in page.content()
+
+
+def test_stop_cancels_a_long_generation(page):
+    for slider, value in (("max-new-tokens", "256"), ("entropy-threshold", "0")):  # 256 forwards on each side
+        number = page.locator(f"#slider-{slider} input[type=number]")
+        number.fill(value)
+        number.press("Enter")
+    page.locator("#run").click()
+    sync_api.expect(page.locator("#wedlm-stats")).to_contain_text("running", timeout=20_000)
+    page.locator("#stop").click()
+    sync_api.expect(page.locator("#status")).to_contain_text("Stopped", timeout=10_000)
+    assert "256 tokens" not in _text(page, "#ar-stats")
+    page.locator("#prompt textarea").fill("1, 2,")  # the queue is free again: the next run finishes
+    page.locator("#run").click()
+    sync_api.expect(page.locator("#status")).to_contain_text("Done", timeout=60_000)

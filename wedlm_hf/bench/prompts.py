@@ -1,8 +1,8 @@
 """Prompt sets: held-out Python stdlib code, counting sequences, a user's JSONL file, or random ids.
 
-The embedded checkpoint is trained on stdlib files, so code prompts must come from files it never saw. When
-`wedlm_hf.training` publishes its held-out split (`held_out_files()`), that list is used; otherwise a fixed
-rule picks the files (sorted top-level stdlib modules whose name hashes to 0 mod 10) so runs stay comparable.
+The embedded checkpoint is trained on stdlib files, so code prompts must come from files it never saw: the
+"eval" split of `wedlm_hf.training.corpus`. An install without the training package falls back to a fixed rule
+(sorted top-level stdlib modules whose name hashes to 0 mod 10), which is stable but not guaranteed unseen.
 """
 
 import json
@@ -17,11 +17,11 @@ PROMPT_SETS = ("code", "counting")
 
 def _held_out_files() -> list[Path]:
     try:
-        from ..training.corpus import held_out_files
+        from ..training.corpus import stdlib_files
     except ImportError:
         stdlib = Path(sysconfig.get_paths()["stdlib"])
         return [p for p in sorted(stdlib.glob("*.py")) if zlib.crc32(p.name.encode()) % 10 == 0]
-    return [Path(p) for p in held_out_files()]
+    return stdlib_files("eval")
 
 
 def code_prompts(count: int, max_chars: int = 600) -> list[str]:

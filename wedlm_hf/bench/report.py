@@ -62,7 +62,7 @@ def plot(result: BenchResult, path: str | Path) -> None:
             swept = [r for r in rows if r.family == family and r.threshold != "default" and r.token_match is not None]
             if not swept:
                 continue
-            swept.sort(key=lambda r: r.tokens_per_s)
+            swept.sort(key=lambda r: -1.0 if r.threshold is None else r.threshold)
             curve.plot(
                 [r.token_match for r in swept], [r.tokens_per_s for r in swept], marker=marker, label=f"{family} ({set_name})"
             )

@@ -51,6 +51,8 @@ class ArmResult:
     identical: float | None
     token_match: float | None
     tokens_per_s_repeats: list[float] = field(default_factory=list)
+    outputs: list[list[int]] = field(default_factory=list)
+    """The continuation of every prompt (instrumented pass), for quality checks beyond agreement with ar."""
 
 
 @dataclass
@@ -193,6 +195,7 @@ def bench_prompt_set(
                 identical=agreement[0],
                 token_match=agreement[1],
                 tokens_per_s_repeats=speeds[arm.name],
+                outputs=outputs[arm.name],
             )
         )
     return results

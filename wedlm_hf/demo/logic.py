@@ -190,7 +190,7 @@ STEP_VIEW_CSS = """
 .wd-tok { border-bottom: 3px solid; padding: 1px 0; }
 .wd-caption { font-family: system-ui, sans-serif; font-size: 12px; opacity: .8; }
 .wd-legend { display: flex; gap: 6px; flex-wrap: wrap; margin: 6px 0; font-family: system-ui, sans-serif; }
-.wd-grid { display: grid; gap: 2px; overflow-x: auto; max-height: 480px; overflow-y: auto; padding-bottom: 4px; }
+.wd-grid { display: grid; justify-content: start; gap: 2px; overflow-x: auto; max-height: 480px; overflow-y: auto; padding-bottom: 4px; }
 .wd-label { grid-column: 1; text-align: right; padding-right: 6px; opacity: .7; white-space: nowrap; }
 .wd-cell { padding: 1px 4px; border-radius: 3px; white-space: pre; text-align: center; color: #111; }
 .wd-commit { background: #7fd88f; font-weight: bold; }

@@ -1,0 +1,16 @@
+"""Training the embedded WeDLM checkpoint: dual-stream objective, tokenizer, corpus and the `train` command."""
+
+from .objective import DualStreamCollator, WeDLMTrainer, dual_stream_attention_mask, dual_stream_loss, dual_stream_visibility
+from .tokenizer import EOS_TOKEN, MASK_TOKEN, PAD_TOKEN, train_tokenizer
+
+__all__ = [
+    "DualStreamCollator",
+    "EOS_TOKEN",
+    "MASK_TOKEN",
+    "PAD_TOKEN",
+    "WeDLMTrainer",
+    "dual_stream_attention_mask",
+    "dual_stream_loss",
+    "dual_stream_visibility",
+    "train_tokenizer",
+]

@@ -16,7 +16,7 @@ DEFAULT_OUTPUT = "wedlm-tiny-code"
 def register(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--output-dir", default=DEFAULT_OUTPUT, help="where the checkpoint, loss log and plot are written")
-    add("--steps", type=int, default=900)
+    add("--steps", type=int, default=1400)
     add("--batch-size", type=int, default=8)
     add("--seq-len", type=int, default=192, help="tokens per stream (the model sees twice this)")
     add("--block-size", type=int, default=16, help="prediction-stream block size B")
@@ -34,7 +34,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     add("--threshold", type=float, default=0.4, help="wedlm_entropy_threshold written to generation_config.json")
     add("--penalty", type=float, default=0.02, help="wedlm_pos_penalty_factor written to generation_config.json")
     add("--seed", type=int, default=0)
-    add("--threads", type=int, default=2)
+    add("--threads", type=int, default=1, help="torch CPU threads; 1 is fastest when other processes share the cores")
     parser.set_defaults(run=run)
 
 
