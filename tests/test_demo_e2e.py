@@ -39,7 +39,7 @@ LOOPBACK = {"127.0.0.1", "localhost"}
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (.ci/install_browser.sh)")
 pytest.importorskip("gradio", reason="gradio is not installed (.ci/install_browser.sh)")
 if not Path(CHROMIUM).exists():
-    pytest.skip(f"no browser at {CHROMIUM} (.ci/install_browser.sh installs Debian's chromium)", allow_module_level=True)
+    pytest.skip(f"no browser at {CHROMIUM} (.ci/install_browser.sh installs it)", allow_module_level=True)
 
 
 def _free_port() -> int:

@@ -41,7 +41,12 @@ def save_tiny_checkpoint(path: Path, peak: float = 100.0) -> Path:
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))  # no merges: one token per character
     backend.decoder = decoders.Fuse()
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>", mask_token="[MASK]"
+        tokenizer_object=backend,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        mask_token="[MASK]",
     )
     tokenizer.save_pretrained(path)
     tiny_model("wedlm", peak=peak).save_pretrained(path)
@@ -112,7 +117,8 @@ def test_generate_options_share_length_and_sampling():
 
 
 def test_format_stats():
-    assert format_stats("WeDLM", 64, 2.0, 25) == "**WeDLM** · 64 tokens · 25 forwards · 2.56 tokens/forward · 32.0 tokens/s"
+    expected = "**WeDLM** · 64 tokens · 25 forwards · 2.56 tokens/forward · 32.0 tokens/s"
+    assert format_stats("WeDLM", 64, 2.0, 25) == expected
     assert format_stats("AR", 3, 0.0, note="running…") == "**AR** · 3 tokens · – tokens/s · running…"
 
 

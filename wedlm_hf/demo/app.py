@@ -63,7 +63,7 @@ def _step_view(state: SideProgress, tokenizer, window_size: int) -> str:
 
 
 def build_app(default_model: str | None = None, concurrency_limit: int = 1, queue_size: int = 16) -> gr.Blocks:
-    """The demo page. `concurrency_limit` generations run at once (each uses two threads); up to `queue_size` more wait."""
+    """The demo page: `concurrency_limit` generations run at once (two threads each), `queue_size` more may wait."""
     default_model = default_model or wedlm_hf.DEFAULT_MODEL
     runs = StopRegistry()
 

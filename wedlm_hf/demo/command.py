@@ -8,8 +8,12 @@ import sys
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default=None, help="local path or Hub id preselected in the page (default: the embedded checkpoint)")
-    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback only; 0.0.0.0 exposes it)")
+    parser.add_argument(
+        "--model", default=None, help="local path or Hub id preselected in the page (default: the embedded checkpoint)"
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="interface to bind (default: loopback only; 0.0.0.0 exposes it)"
+    )
     parser.add_argument("--port", type=int, default=7860)
     parser.add_argument("--concurrency", type=int, default=1, help="generations served at once, each using two threads")
     parser.add_argument("--queue-size", type=int, default=16, help="requests allowed to wait for a free slot")

@@ -135,7 +135,10 @@ def _run_side(
 ) -> None:
     try:
         output = model.generate(
-            **inputs, **options, streamer=QueueStreamer(side, events), stopping_criteria=StoppingCriteriaList([StopFlag(stop)])
+            **inputs,
+            **options,
+            streamer=QueueStreamer(side, events),
+            stopping_criteria=StoppingCriteriaList([StopFlag(stop)]),
         )
     except Exception as error:  # shown next to the side that failed; the other side goes on
         events.put((side, "error", f"{type(error).__name__}: {error}"))
@@ -159,7 +162,8 @@ def race(
     events: queue.Queue = queue.Queue()
     for side in SIDES:
         options = generate_options(params, side)
-        if side == "wedlm" and getattr(model.config, "mask_token_id", None) is None and tokenizer.mask_token_id is not None:
+        lacks_mask = getattr(model.config, "mask_token_id", None) is None
+        if side == "wedlm" and lacks_mask and tokenizer.mask_token_id is not None:
             options["mask_token_id"] = tokenizer.mask_token_id  # a plain causal LM whose tokenizer has one
         thread = threading.Thread(
             target=_run_side, args=(model, inputs, options, side, events, stop), name=f"wedlm-demo-{side}", daemon=True

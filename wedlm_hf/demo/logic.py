@@ -45,7 +45,7 @@ class DecodeParams:
 SLIDERS: dict[str, SliderSpec] = {
     "window_size": SliderSpec("Window size W", 1, 64, 1, 16, "mask slots decoded in parallel"),
     "entropy_threshold": SliderSpec(
-        "Entropy threshold τ", 0.0, 3.0, 0.05, 0.4, "fill every slot whose adjusted entropy is below τ (0: one per step)"
+        "Entropy threshold τ", 0.0, 3.0, 0.05, 0.4, "fill slots whose adjusted entropy is below τ (0: one per step)"
     ),
     "pos_penalty": SliderSpec("Position penalty λ", 0.0, 0.5, 0.01, 0.02, "entropy added per slot of distance"),
     "temperature": SliderSpec("Temperature", 0.0, 2.0, 0.05, 0.0, "0: greedy; above 0: sampling on both sides"),
@@ -66,7 +66,7 @@ def _check(name: str, value: object) -> float:
 def validate_params(
     window_size: object, entropy_threshold: object, pos_penalty: object, temperature: object, max_new_tokens: object
 ) -> DecodeParams:
-    """Slider values as sent by the page (or its API, which bypasses the sliders' ranges), checked; else `InputError`."""
+    """Slider values as the page (or its API, which skips the sliders' ranges) sent them, checked, else `InputError`."""
     values = (window_size, entropy_threshold, pos_penalty, temperature, max_new_tokens)
     checked = (_check(name, value) for name, value in zip(SLIDERS, values))
     return DecodeParams(*(int(v) if spec.integer else float(v) for spec, v in zip(SLIDERS.values(), checked)))
@@ -137,8 +137,9 @@ def render_step_view(
 
     The text line colours each token's background by the forward that committed it and its underline by the forward
     that filled it. The grid below has one row per forward: the window it fed starts at the first uncommitted token
-    and spans `window_size` slots; each cell says whether that slot was committed, already filled, newly predicted,
-    or still a mask. Rows past `forwards` are commits that needed no forward (the run ended there).
+    and spans the tokens it commits plus `window_size` slots (spec §2 appends a mask slot per committed one); each
+    cell says whether that slot was committed, already filled, newly predicted, or still a mask. Rows past
+    `forwards` are commits that needed no forward (the run ended there).
     """
     if not len(tokens) == len(fill_steps) == len(commit_steps):
         raise ValueError(
@@ -172,7 +173,9 @@ def render_step_view(
                 f'<div class="wd-cell wd-{state}" style="grid-row:{step};grid-column:{t + 2}" '
                 f'title="token {t}: {_CELL_LABELS[state]}">{html.escape(_visible(text))}</div>'
             )
-    legend = "".join(f'<span class="wd-cell wd-{state}">{html.escape(text)}</span>' for state, text in _CELL_LABELS.items())
+    legend = "".join(
+        f'<span class="wd-cell wd-{state}">{html.escape(text)}</span>' for state, text in _CELL_LABELS.items()
+    )
     return (
         '<div class="wd-steps">'
         f'<p class="wd-line">{line}</p>'
@@ -190,7 +193,7 @@ STEP_VIEW_CSS = """
 .wd-tok { border-bottom: 3px solid; padding: 1px 0; }
 .wd-caption { font-family: system-ui, sans-serif; font-size: 12px; opacity: .8; }
 .wd-legend { display: flex; gap: 6px; flex-wrap: wrap; margin: 6px 0; font-family: system-ui, sans-serif; }
-.wd-grid { display: grid; justify-content: start; gap: 2px; overflow-x: auto; max-height: 480px; overflow-y: auto; padding-bottom: 4px; }
+.wd-grid { display: grid; justify-content: start; gap: 2px; overflow: auto; max-height: 480px; padding-bottom: 4px; }
 .wd-label { grid-column: 1; text-align: right; padding-right: 6px; opacity: .7; white-space: nowrap; }
 .wd-cell { padding: 1px 4px; border-radius: 3px; white-space: pre; text-align: center; color: #111; }
 .wd-commit { background: #7fd88f; font-weight: bold; }

@@ -1,0 +1,80 @@
+"""`wedlm-hf bench` end to end on tiny random models: every arm, table, JSON and PNG, and sane agreements."""
+
+import json
+
+import pytest
+
+from tiny_models import tiny_model, random_prompts
+from wedlm_hf.bench import BenchConfig, build_arms, markdown, plot, run_bench, write_json
+from wedlm_hf.bench.runner import _agreement
+from wedlm_hf.cli import main
+
+ALL_ARMS = {
+    "ar", "prompt_lookup", "wedlm", "wedlm_blockwise", "nocache",
+    "wedlm@1slot", "wedlm@0.5", "wedlm_blockwise@1slot", "wedlm_blockwise@0.5",
+}
+
+
+@pytest.fixture(scope="module")
+def result():
+    input_ids, _ = random_prompts([6, 9], seed=3)
+    prompts = [row[row != 0].tolist() for row in input_ids]
+    config = BenchConfig(max_new_tokens=12, repeats=2, thresholds=(None, 0.5), scaling_lengths=(8, 16))
+    return run_bench(tiny_model("wedlm"), {"random": prompts}, config, progress=False)
+
+
+def test_every_arm_is_reported(result, tmp_path):
+    rows = {r.arm: r for r in result.sets["random"]}
+    assert set(rows) == ALL_ARMS
+    table = markdown(result)
+    assert all(f"| {name} |" in table for name in ALL_ARMS)
+    write_json(result, tmp_path / "bench.json")
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert {r["arm"] for r in data["sets"]["random"]} == ALL_ARMS
+    plot(result, tmp_path / "bench.png")
+    assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for r in rows.values():
+        assert r.tokens_per_s > 0 and r.forwards > 0 and len(r.tokens_per_s_repeats) == 2
+        assert 0 <= r.token_match <= 1 and r.identical <= r.token_match + 1e-9
+
+
+def test_agreements_are_sane(result):
+    rows = {r.arm: r for r in result.sets["random"]}
+    assert rows["ar"].identical == rows["ar"].token_match == rows["ar"].speedup == 1.0
+    assert rows["ar"].p_cache == pytest.approx(1.0)
+    assert rows["prompt_lookup"].identical == 1.0  # greedy prompt lookup is lossless
+    assert rows["nocache"].outputs == rows["wedlm"].outputs  # the reference decodes the same tokens
+    for name in ("wedlm@1slot", "wedlm_blockwise@1slot"):
+        assert rows[name].tokens_per_forward <= 1.0  # one slot per step
+    assert _agreement(rows["wedlm@1slot"].outputs, rows["wedlm@1slot"].outputs) == (1.0, 1.0)
+    assert _agreement([[1, 2, 3]], [[1, 2, 4, 5]]) == (0.0, 0.5)
+
+
+def test_time_vs_length_covers_the_scaling_arms(result):
+    assert set(result.scaling) == {"ar", "wedlm", "nocache"}
+    assert all(set(by_length) == {8, 16} for by_length in result.scaling.values())
+
+
+def test_a_new_arm_is_one_entry(monkeypatch):
+    from wedlm_hf.bench import arms
+
+    monkeypatch.setitem(arms.FAMILIES, "wedlm_lossless", {"decoding": "wedlm", "wedlm_lossless": True})
+    monkeypatch.setattr(arms, "THRESHOLD_SWEPT", arms.THRESHOLD_SWEPT + ("wedlm_lossless",))
+    names = [a.name for a in build_arms(("ar", "wedlm_lossless"), (0.3,))]
+    assert names == ["ar", "wedlm_lossless", "wedlm_lossless@0.3"]
+    with pytest.raises(ValueError, match="unknown arms"):
+        build_arms(("nope",))
+
+
+def test_cli_writes_table_json_and_png(tmp_path, capsys):
+    json_path, png_path = tmp_path / "b.json", tmp_path / "b.png"
+    code = main([
+        "bench", "--model", "random", "--arms", "ar,wedlm", "--num-prompts", "1", "--max-new-tokens", "8",
+        "--repeats", "1", "--thresholds", "none", "--lengths", "8", "--no-progress",
+        "--json", str(json_path), "--plot", str(png_path),
+    ])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "| wedlm@1slot |" in out and "| ar |" in out
+    assert json.loads(json_path.read_text())["config"]["max_new_tokens"] == 8
+    assert png_path.stat().st_size > 0
