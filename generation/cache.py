@@ -18,6 +18,7 @@ class WeDLMCache(DynamicCache):
         super().__init__()
         self.key_mask = key_mask.bool()
         """(batch, cached columns + pending window): which K/V columns a query may attend to."""
+        self.valid_per_row = self.key_mask.sum(1)
         self.max_wasted_slots = max_wasted_slots
 
     def attention_mask(self, window_valid: torch.Tensor) -> torch.Tensor:
@@ -30,13 +31,13 @@ class WeDLMCache(DynamicCache):
         self.crop(kept - window_length)
         slots = torch.arange(kept, device=num_committed.device)
         self.key_mask = torch.cat([self.key_mask, slots[None, :] < num_committed[:, None]], dim=1)
-        if self.key_mask.shape[1] - int(self.key_mask.sum(1).max()) > self.max_wasted_slots:
+        self.valid_per_row = self.valid_per_row + num_committed
+        if self.key_mask.shape[1] - int(self.valid_per_row.max()) > self.max_wasted_slots:
             self.compact()
 
     def compact(self) -> None:
         """Move each row's valid columns to the right end, in order, and drop the columns no row uses."""
-        valid_per_row = self.key_mask.sum(1)
-        width = int(valid_per_row.max())
+        width = int(self.valid_per_row.max())
         order = torch.sort(self.key_mask.to(torch.int8), dim=1, stable=True).indices[:, -width:]
         for layer in self.layers:
             if not layer.is_initialized:
@@ -50,3 +51,4 @@ class WeDLMCache(DynamicCache):
         """Keep only `rows` of the batch (finished rows leave the batch)."""
         self.batch_select_indices(rows)
         self.key_mask = self.key_mask[rows]
+        self.valid_per_row = self.valid_per_row[rows]

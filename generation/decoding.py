@@ -73,7 +73,11 @@ class WindowDecoder:
         self.window_logits = self._score_buffer(batch_size, vocab, device) if self.keep_logits else None
         self.token_scores = self._score_buffer(batch_size, vocab, device, self.max_new_tokens) if self.keep_scores else None
         self.token_logits = self._score_buffer(batch_size, vocab, device, self.max_new_tokens) if self.keep_logits else None
-        self.stats = WeDLMStats([0] * batch_size, [0] * batch_size, [0] * batch_size)
+        self.stats = WeDLMStats([], [], [])
+        # per-row counters, kept on the device (no host sync per step) and copied into `stats` at the end
+        self.total_forwards, self.total_generated, self.total_processed = (
+            torch.zeros(batch_size, dtype=torch.long, device=device) for _ in range(3)
+        )
         self.window_fill_step = torch.zeros((batch_size, self.width), dtype=torch.long, device=device)
         self.fill_step = torch.zeros((batch_size, self.max_new_tokens), dtype=torch.long, device=device)
         self.commit_step = torch.zeros((batch_size, self.max_new_tokens), dtype=torch.long, device=device)
@@ -134,8 +138,7 @@ class WindowDecoder:
         if self.streamer is not None and int(commit_length[0]) > 0:
             self.streamer.put(self.window[:1, start : start + int(commit_length[0])].cpu())
         self.generated += commit_length
-        for i, row in enumerate(self.rows.tolist()):
-            self.stats.generated[row] = int(self.generated[i])
+        self.total_generated[self.rows] = self.generated
 
     def _apply_user_criteria(self, commit_length: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Cut each row's commit at the first token after which a user stopping criterion fires, as AR would."""
@@ -208,9 +211,8 @@ class WindowDecoder:
         ).logits
         self.prompt_logits = logits[:, 0] if keep > fed else None
         self.stats.model_calls += 1
-        for i, row in enumerate(self.rows.tolist()):
-            self.stats.forwards[row] += 1
-            self.stats.processed[row] += int(length[i])
+        self.total_forwards[self.rows] += 1
+        self.total_processed[self.rows] += length
         return logits[:, -fed:], order.argsort(dim=1)
 
     def _shift(
@@ -274,20 +276,24 @@ class WindowDecoder:
         return context.masked_fill(columns < 0, self.pad_id)
 
     def finish_stats(self) -> WeDLMStats:
-        """Attach each row's per-token trace: the forward that filled each token and the one that committed it."""
+        """Copy the counters into `stats`, with each row's per-token trace: the forward that filled each token and
+        the one that committed it."""
+        self.stats.forwards = self.total_forwards.tolist()
+        self.stats.generated = self.total_generated.tolist()
+        self.stats.processed = self.total_processed.tolist()
         for row, count in enumerate(self.stats.generated):
             self.stats.fill_steps.append(self.fill_step[row, :count].tolist())
             self.stats.commit_steps.append(self.commit_step[row, :count].tolist())
         return self.stats
 
     def sequences_out(self) -> torch.LongTensor:
-        longest = max(self.stats.generated) if self.stats.generated else 0
+        longest = int(self.total_generated.max())
         return self.sequences[:, : self.prompt_length + longest]
 
     def per_token(self, store: torch.Tensor | None) -> tuple[torch.Tensor, ...] | None:
         if store is None:
             return None
-        longest = max(self.stats.generated) if self.stats.generated else 0
+        longest = int(self.total_generated.max())
         return tuple(store[:, t] for t in range(longest))
 
 

@@ -115,7 +115,7 @@ def evaluate(model, tokenizer, prompts: list[str], thresholds: list[float], max_
     return {"ar": ar, "wedlm": wedlm}
 
 
-def table(results: dict[str, dict], window: int, penalty: float) -> str:
+def table(results: dict[str, dict], window: int, penalty: float, max_new_tokens: int) -> str:
     rows = [
         f"| prompts | threshold | tokens/forward | WeDLM tok/s | AR tok/s | speed-up | identical to AR | "
         f"PPL WeDLM | PPL AR |",
@@ -131,7 +131,10 @@ def table(results: dict[str, dict], window: int, penalty: float) -> str:
                 f"{arm.perplexity:.2f} | {ar.perplexity:.2f} |"
             )
     rows.append("")
-    rows.append(f"Window {window}, position penalty {penalty}, greedy, 1 prompt per call, 128 new tokens max.")
+    rows.append(
+        f"Window {window}, position penalty {penalty}, greedy, one prompt per call, "
+        f"at most {max_new_tokens} new tokens."
+    )
     return "\n".join(rows)
 
 
@@ -154,9 +157,11 @@ def main() -> None:
         model.generate(**tokenizer("1, 2", return_tensors="pt"), max_new_tokens=8)  # warm-up
         results = {
             "counting": evaluate(model, tokenizer, list(COUNTING_PROMPTS), thresholds, args.max_new_tokens),
-            "held-out code": evaluate(model, tokenizer, code_prompts(args.code_prompts), thresholds, args.max_new_tokens),
+            "held-out code": evaluate(
+                model, tokenizer, code_prompts(args.code_prompts), thresholds, args.max_new_tokens
+            ),
         }
-    markdown = table(results, config.wedlm_window_size, config.wedlm_pos_penalty_factor)
+    markdown = table(results, config.wedlm_window_size, config.wedlm_pos_penalty_factor, args.max_new_tokens)
     print(markdown)
     if args.docs is not None:
         text = args.docs.read_text()

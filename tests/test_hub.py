@@ -65,7 +65,7 @@ REMOTE_SCRIPT = textwrap.dedent(
 
     model_dir, config_dir = sys.argv[1:3]
     model = AutoModelForCausalLM.from_pretrained(model_dir, trust_remote_code=True)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)
     tokens = model.generate(torch.tensor([[7, 8, 9, 10]]), decoding="wedlm", do_sample=False, max_new_tokens=24)
     config = AutoConfig.from_pretrained(config_dir, trust_remote_code=True)
     print(json.dumps({
@@ -99,7 +99,7 @@ def test_exported_folder_runs_without_the_package(tmp_path):
         [sys.executable, str(script), str(tmp_path / "model"), str(tmp_path / "config")],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0 and result.stdout.strip(), result.stderr[-3000:]
     remote = json.loads(result.stdout.strip().splitlines()[-1])
     assert remote["module"].startswith("transformers_modules") and remote["config_module"].startswith("transformers_modules")
     assert remote["config_class"] == "WeDLMConfig" and remote["qk_norm"] is True and remote["vocab"] == 96

@@ -135,7 +135,8 @@ def test_dual_stream_forward(family, attn):
         # block 1 of row 0, fed as its own sequence: memory prefix 0..3, then the reordered block at its positions
         row, start = 0, block
         ids = torch.cat([x0[row, :start], batch["input_ids"][row, length + start : length + start + block]])
-        positions = torch.cat([torch.arange(start), batch["position_ids"][row, length + start : length + start + block]])
+        block_positions = batch["position_ids"][row, length + start : length + start + block]
+        positions = torch.cat([torch.arange(start), block_positions])
         direct = model(input_ids=ids[None], position_ids=positions[None], attention_mask=torch.ones(1, len(ids))).logits
         torch.testing.assert_close(
             logits[row, length + start : length + start + block], direct[0, start:], atol=1e-4, rtol=1e-4
@@ -156,7 +157,8 @@ def test_trainer_runs_and_learns(tmp_path):
         use_cpu=True,
     )
     collator = DualStreamCollator(MASK_ID, block_size=8, seed=0)
-    trainer = WeDLMTrainer(model=model, args=args, train_dataset=[{"input_ids": r} for r in rows], data_collator=collator)
+    dataset = [{"input_ids": row} for row in rows]
+    trainer = WeDLMTrainer(model=model, args=args, train_dataset=dataset, data_collator=collator)
     before = model.lm_head.weight.detach().clone()
     trainer.train()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]

@@ -208,8 +208,11 @@ def time_vs_length(
     lengths: Sequence[int],
     repeats: int,
     tick: Callable[[], None] = lambda: None,
-) -> dict[str, dict[int, float]]:
-    """Median seconds of one decode of exactly `length` new tokens (EOS disabled), per arm and length, interleaved."""
+) -> dict[str, dict[int, list[float]]]:
+    """Seconds of one decode of exactly `length` new tokens (EOS disabled), per arm, length and repeat.
+
+    Within a repeat every arm and length runs once, in a rotated order, so sample r of two arms is a fair pair.
+    """
     for arm in arms:
         arm.decode(model, prompt, min(lengths), exact_length=True)
         tick()
@@ -223,7 +226,7 @@ def time_vs_length(
                 if len(decoded.tokens) != length:
                     raise RuntimeError(f"{arm.name} produced {len(decoded.tokens)} tokens, expected exactly {length}")
                 tick()
-    return {name: {n: statistics.median(s) for n, s in by_length.items()} for name, by_length in samples.items()}
+    return samples
 
 
 def machine_info() -> dict:
@@ -260,6 +263,7 @@ def run_bench(
     with tqdm(total=total, desc="bench", unit="decode", disable=not progress) as bar:
         sets = {name: bench_prompt_set(model, arms, prompts, config, bar.update) for name, prompts in prompt_sets.items()}
         first_prompt = next(iter(prompt_sets.values()))[0]
-        scaling = time_vs_length(model, scaling_arms, first_prompt, config.scaling_lengths, config.repeats, bar.update)
+        samples = time_vs_length(model, scaling_arms, first_prompt, config.scaling_lengths, config.repeats, bar.update)
+    scaling = {name: {n: statistics.median(s) for n, s in by_length.items()} for name, by_length in samples.items()}
     return BenchResult(config=config, machine=machine_info(), sets=sets, scaling=scaling)
 

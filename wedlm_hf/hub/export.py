@@ -84,7 +84,7 @@ def _model_card(title: str, has_weights: bool) -> ModelCard:
         f"{weights}\n## Usage\n\n```python\n"
         "from transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
         f'model = AutoModelForCausalLM.from_pretrained("{title}", trust_remote_code=True)\n'
-        f'tokenizer = AutoTokenizer.from_pretrained("{title}")\n'
+        f'tokenizer = AutoTokenizer.from_pretrained("{title}", trust_remote_code=True)\n'
         'inputs = tokenizer("def fibonacci(n):", return_tensors="pt")\n'
         'output = model.generate(**inputs, decoding="wedlm", max_new_tokens=64, return_dict_in_generate=True)\n'
         "print(tokenizer.decode(output.sequences[0]), output.wedlm_stats.summary())\n```\n\n"

@@ -1,6 +1,12 @@
 """Training the embedded WeDLM checkpoint: dual-stream objective, tokenizer, corpus and the `train` command."""
 
-from .objective import DualStreamCollator, WeDLMTrainer, dual_stream_attention_mask, dual_stream_loss, dual_stream_visibility
+from .objective import (
+    DualStreamCollator,
+    WeDLMTrainer,
+    dual_stream_attention_mask,
+    dual_stream_loss,
+    dual_stream_visibility,
+)
 from .tokenizer import EOS_TOKEN, MASK_TOKEN, PAD_TOKEN, train_tokenizer
 
 __all__ = [

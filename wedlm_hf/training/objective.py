@@ -137,8 +137,14 @@ def dual_stream_loss(
 class WeDLMTrainer(Trainer):
     """`Trainer` whose loss is `dual_stream_loss` on batches from `DualStreamCollator`.
 
-    The collator's extra keys (`labels`, `loss_weights`) are popped here, before the model sees the batch.
+    The collator's extra keys (`labels`, `loss_weights`) are popped here, before the model sees the batch. The
+    loss is already a per-row mean (it ignores `num_items_in_batch`), so `Trainer` must divide it by the
+    gradient-accumulation steps itself: hence `model_accepts_loss_kwargs = False`.
     """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.model_accepts_loss_kwargs = False
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         labels = inputs.pop("labels")

@@ -1,0 +1,125 @@
+"""Per-step overhead of WeDLM decoding: how much of a step is the model forward, and what the rest costs.
+
+Wraps (in this process only) the model's forward and the `WindowDecoder` / `WeDLMCache` / selection functions
+with wall-clock timers, decodes a few prompts, and prints per step: the forward, each strategy function's own
+time, and the unattributed remainder. Then a cProfile top list of the non-forward work. Run it at a small and a
+realistic vocabulary: the strategy's tensor work scales with window x vocab, the forward with the model.
+
+    python scripts/profile_step.py [--vocab 1024,32768] [--batch 1] [--new-tokens 128] [--threads 1]
+"""
+
+import argparse
+import cProfile
+import functools
+import io
+import pstats
+import time
+from collections import defaultdict
+
+import torch
+
+import wedlm_hf.generation.decoding as decoding
+from wedlm_hf.bench import random_model
+from wedlm_hf.bench.prompts import random_prompts
+from wedlm_hf.generation.cache import WeDLMCache
+
+TIMED = {
+    decoding.WindowDecoder: ("run", "_leading_filled", "_commit", "_forward_and_fill", "_process", "_drop_rows"),
+    WeDLMCache: ("commit", "attention_mask", "compact"),
+}
+TIMED_FUNCTIONS = ("slot_entropy", "choose_slots", "flash_sequence_lengths")
+
+
+class Timers:
+    """Accumulated wall time per name; nested timers are subtracted from their parent ("self" time)."""
+
+    def __init__(self):
+        self.self_time = defaultdict(float)
+        self.calls = defaultdict(int)
+        self._stack = []
+
+    def wrap(self, name, function):
+        @functools.wraps(function)
+        def timed(*args, **kwargs):
+            self._stack.append(0.0)
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                elapsed = time.perf_counter() - start
+                children = self._stack.pop()
+                self.self_time[name] += elapsed - children
+                self.calls[name] += 1
+                if self._stack:
+                    self._stack[-1] += elapsed
+
+        return timed
+
+
+def instrument(model, timers: Timers) -> None:
+    for cls, names in TIMED.items():
+        for name in names:
+            setattr(cls, name, timers.wrap(f"{cls.__name__}.{name}", getattr(cls, name)))
+    for name in TIMED_FUNCTIONS:
+        setattr(decoding, name, timers.wrap(name, getattr(decoding, name)))
+    model.forward = timers.wrap("model forward", model.forward)
+
+
+def decode(model, prompts, new_tokens: int) -> int:
+    """WeDLM decode of `prompts` as one batch; returns the number of model calls."""
+    input_ids = torch.tensor(prompts)
+    output = model.generate(
+        input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=new_tokens, decoding="wedlm",
+        eos_token_id=None, return_dict_in_generate=True,
+    )
+    return output.wedlm_stats.model_calls
+
+
+def profile(vocab: int, batch: int, new_tokens: int, repeats: int) -> None:
+    model = random_model(vocab_size=vocab)
+    prompts = random_prompts(batch, 32, vocab)
+    with torch.inference_mode():
+        decode(model, prompts, 16)  # warm-up, uninstrumented
+        timers = Timers()
+        originals = {(cls, n): getattr(cls, n) for cls, names in TIMED.items() for n in names}
+        originals.update({(decoding, n): getattr(decoding, n) for n in TIMED_FUNCTIONS})
+        instrument(model, timers)
+        steps = sum(decode(model, prompts, new_tokens) for _ in range(repeats))
+        profiler = cProfile.Profile()
+        profiler.enable()
+        decode(model, prompts, new_tokens)
+        profiler.disable()
+    for (owner, name), original in originals.items():
+        setattr(owner, name, original)
+    del model.forward
+
+    total = sum(timers.self_time.values())
+    forward = timers.self_time["model forward"]
+    print(f"\n## vocab {vocab}, batch {batch}, {new_tokens} new tokens: {steps} steps, "
+          f"{1000 * total / steps:.2f} ms/step, forward {100 * forward / total:.0f}%, strategy {100 * (1 - forward / total):.0f}%")
+    print("| part | ms/step | share of step |\n|---|---|---|")
+    for name, seconds in sorted(timers.self_time.items(), key=lambda item: -item[1]):
+        print(f"| {name} | {1000 * seconds / steps:.3f} | {100 * seconds / total:.1f}% |")
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text).sort_stats("tottime")
+    stats.print_stats(r"generation|torch/functional|_tensor", 12)
+    print("\ncProfile, top self time in the strategy's modules (one instrumented decode):")
+    print("\n".join(line for line in text.getvalue().splitlines() if line.strip())[-2500:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--vocab", default="1024,32768")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    for vocab in (int(v) for v in args.vocab.split(",")):
+        profile(vocab, args.batch, args.new_tokens, args.repeats)
+
+
+if __name__ == "__main__":
+    main()
