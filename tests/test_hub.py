@@ -106,8 +106,7 @@ def test_exported_folder_runs_without_the_package(tmp_path):
     assert remote["tokens"] == model.generate(PROMPT, decoding="wedlm", **GREEDY)[0].tolist()
 
 
-def test_custom_generate_repo_on_untouched_llama(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "modules"))
+def test_custom_generate_repo_on_untouched_llama(tmp_path):
     assert main(["export", str(tmp_path / "recipe"), "--custom-generate"]) == 0
     assert "custom_generate" in (tmp_path / "recipe" / "README.md").read_text()
     llama = tiny_model("llama", peak=40)

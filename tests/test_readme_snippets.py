@@ -23,7 +23,6 @@ def test_document_snippets_run(document, tmp_path, monkeypatch):
     if not blocks:
         pytest.skip(f"{document} has no tested python blocks")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "modules"))
     namespace = {"__name__": "__snippet__"}
     for number, code in enumerate(blocks, start=1):
         try:
