@@ -15,6 +15,7 @@ from transformers.generation.streamers import BaseStreamer
 from .attention import flash_sequence_lengths
 from .cache import WeDLMCache
 from .outputs import WeDLMGenerateOutput, WeDLMStats
+from .processors import check_processors
 from .selection import choose_slots, slot_entropy
 from .settings import UNSET, WeDLMSettings
 from .support import check_supported
@@ -387,6 +388,7 @@ def wedlm_decode(
     generation config's attributes of those names, else the defaults of `WeDLMSettings`.
     """
     _validate_request(model, generation_config, model_kwargs, synced_gpus)
+    check_processors(logits_processor)
     settings = WeDLMSettings.resolve(
         generation_config,
         model.config,

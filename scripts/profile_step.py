@@ -5,7 +5,7 @@ with wall-clock timers, decodes a few prompts, and prints per step: the forward,
 time, and the unattributed remainder. Then a cProfile top list of the non-forward work. Run it at a small and a
 realistic vocabulary: the strategy's tensor work scales with window x vocab, the forward with the model.
 
-    python scripts/profile_step.py [--vocab 1024,32768] [--batch 1] [--new-tokens 128] [--threads 1]
+    python scripts/profile_step.py [--vocab 1024,32768,151936] [--batch 1] [--new-tokens 128] [--threads 1]
 """
 
 import argparse
@@ -23,11 +23,10 @@ from wedlm_hf.bench import random_model
 from wedlm_hf.bench.prompts import random_prompts
 from wedlm_hf.generation.cache import WeDLMCache
 
-TIMED = {
-    decoding.WindowDecoder: ("run", "_leading_filled", "_commit", "_forward_and_fill", "_process", "_drop_rows"),
-    WeDLMCache: ("commit", "attention_mask", "compact"),
-}
-TIMED_FUNCTIONS = ("slot_entropy", "choose_slots", "flash_sequence_lengths")
+STRATEGY_CLASSES = (decoding.WindowDecoder, WeDLMCache)
+"""Every method these classes define is timed (found by introspection, so refactors need no edit here)."""
+STRATEGY_FUNCTIONS = ("slot_entropy", "choose_slots", "flash_sequence_lengths")
+"""Module-level helpers `decoding` imported; patched where `decoding` looks them up."""
 
 
 class Timers:
@@ -56,13 +55,22 @@ class Timers:
         return timed
 
 
-def instrument(model, timers: Timers) -> None:
-    for cls, names in TIMED.items():
-        for name in names:
-            setattr(cls, name, timers.wrap(f"{cls.__name__}.{name}", getattr(cls, name)))
-    for name in TIMED_FUNCTIONS:
-        setattr(decoding, name, timers.wrap(name, getattr(decoding, name)))
+def timed_targets() -> list[tuple[object, str]]:
+    methods = [
+        (cls, name) for cls in STRATEGY_CLASSES for name, value in vars(cls).items()
+        if callable(value) and name != "__init__" and not isinstance(value, (staticmethod, classmethod))
+    ]
+    return methods + [(decoding, name) for name in STRATEGY_FUNCTIONS if hasattr(decoding, name)]
+
+
+def instrument(model, timers: Timers) -> dict:
+    """Wrap the strategy's methods/functions and the model forward; return the originals for `restore`."""
+    originals = {target: getattr(*target) for target in timed_targets()}
+    for (owner, name), original in originals.items():
+        label = f"{owner.__name__.rsplit('.', 1)[-1]}.{name}"
+        setattr(owner, name, timers.wrap(label, original))
     model.forward = timers.wrap("model forward", model.forward)
+    return originals
 
 
 def decode(model, prompts, new_tokens: int) -> int:
@@ -81,9 +89,7 @@ def profile(vocab: int, batch: int, new_tokens: int, repeats: int) -> None:
     with torch.inference_mode():
         decode(model, prompts, 16)  # warm-up, uninstrumented
         timers = Timers()
-        originals = {(cls, n): getattr(cls, n) for cls, names in TIMED.items() for n in names}
-        originals.update({(decoding, n): getattr(decoding, n) for n in TIMED_FUNCTIONS})
-        instrument(model, timers)
+        originals = instrument(model, timers)
         steps = sum(decode(model, prompts, new_tokens) for _ in range(repeats))
         profiler = cProfile.Profile()
         profiler.enable()
@@ -109,7 +115,7 @@ def profile(vocab: int, batch: int, new_tokens: int, repeats: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--vocab", default="1024,32768")
+    parser.add_argument("--vocab", default="1024,32768,151936")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)

@@ -257,7 +257,6 @@ def test_check_processors_accepts_honoured():
     check_processors(None)
 
 
-@pytest.mark.xfail(reason="check_processors is not yet called from wedlm_decode (decoding.py)", strict=True)
 def test_generate_rejects_unhonoured_processor(model, tokenizer):
     with pytest.raises(ValueError, match="NoRepeatNGramLogitsProcessor"):
         model.generate(ids(tokenizer), no_repeat_ngram_size=2, **GREEDY)

@@ -4,6 +4,7 @@ from .objective import (
     DualStreamCollator,
     WeDLMTrainer,
     dual_stream_attention_mask,
+    dual_stream_forward,
     dual_stream_loss,
     dual_stream_visibility,
 )
@@ -16,6 +17,7 @@ __all__ = [
     "PAD_TOKEN",
     "WeDLMTrainer",
     "dual_stream_attention_mask",
+    "dual_stream_forward",
     "dual_stream_loss",
     "dual_stream_visibility",
     "train_tokenizer",

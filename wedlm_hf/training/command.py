@@ -3,7 +3,6 @@
 import argparse
 import csv
 import json
-import math
 import resource
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ DEFAULT_OUTPUT = "wedlm-tiny-code"
 def register(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--output-dir", default=DEFAULT_OUTPUT, help="where the checkpoint, loss log and plot are written")
-    add("--steps", type=int, default=1400)
+    add("--steps", type=int, default=1000)
     add("--batch-size", type=int, default=8)
     add("--seq-len", type=int, default=192, help="tokens per stream (the model sees twice this)")
     add("--block-size", type=int, default=16, help="prediction-stream block size B")
@@ -30,6 +29,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     add("--layers", type=int, default=4)
     add("--intermediate-size", type=int, default=704)
     add("--eval-every", type=int, default=50, help="steps between held-out loss evaluations")
+    add("--save-every", type=int, default=100, help="steps between saves of the checkpoint so far (0: end only)")
     add("--window-size", type=int, default=16, help="wedlm_window_size written to generation_config.json")
     add("--threshold", type=float, default=0.4, help="wedlm_entropy_threshold written to generation_config.json")
     add("--penalty", type=float, default=0.02, help="wedlm_pos_penalty_factor written to generation_config.json")
@@ -64,10 +64,10 @@ def build_model(tokenizer, args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
-    from transformers import GenerationConfig, get_cosine_schedule_with_warmup, set_seed
+    from transformers import get_cosine_schedule_with_warmup, set_seed
 
     from .corpus import low_entropy_documents, pack, read_stdlib, training_rows
-    from .objective import DualStreamCollator, dual_stream_loss
+    from .objective import DualStreamCollator, dual_stream_forward
     from .tokenizer import train_tokenizer
 
     started = time.perf_counter()
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     progress = tqdm(range(1, args.steps + 1), desc="train", unit="step")
     for step in progress:
         batch = collator([{"input_ids": next(rows)} for _ in range(args.batch_size)])
-        loss, parts = forward_loss(model, batch, dual_stream_loss)
+        loss, parts, _ = dual_stream_forward(model, batch)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -109,16 +109,40 @@ def run(args: argparse.Namespace) -> int:
         if step % args.eval_every == 0 or step == args.steps:
             model.eval()
             with torch.no_grad():
-                eval_loss, eval_parts = forward_loss(model, eval_batch, dual_stream_loss)
+                eval_loss, eval_parts, _ = dual_stream_forward(model, eval_batch)
             model.train()
             log.append({"step": step, "split": "eval", "loss": eval_loss.item(), **eval_parts, "lr": record["lr"]})
         progress.set_postfix(loss=f"{record['loss']:.3f}", mdm=f"{parts['mdm']:.3f}", ar=f"{parts['ar']:.3f}")
+        if args.save_every and step % args.save_every == 0 and step < args.steps:
+            save(output, model, tokenizer, log, summarize(args, model, code_rows, generated_rows, started, step))
 
+    summary = summarize(args, model, code_rows, generated_rows, started, args.steps)
+    save(output, model, tokenizer, log, summary)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def summarize(args: argparse.Namespace, model, code_rows, generated_rows, started: float, step: int) -> dict:
+    return {
+        "arguments": {k: v for k, v in vars(args).items() if k != "run"},
+        "steps_done": step,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "train_rows_available": {"code": len(code_rows), "generated": len(generated_rows)},
+        "wall_seconds": time.perf_counter() - started,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def save(output: Path, model, tokenizer, log: list[dict], summary: dict) -> None:
+    """Model, tokenizer, WeDLM generation defaults, loss log and plot; intermediate saves overwrite each other."""
+    from transformers import GenerationConfig
+
+    args = summary["arguments"]
     model.generation_config = GenerationConfig(
         decoding="wedlm",
-        wedlm_window_size=args.window_size,
-        wedlm_entropy_threshold=args.threshold,
-        wedlm_pos_penalty_factor=args.penalty,
+        wedlm_window_size=args["window_size"],
+        wedlm_entropy_threshold=args["threshold"],
+        wedlm_pos_penalty_factor=args["penalty"],
         mask_token_id=tokenizer.mask_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -126,27 +150,12 @@ def run(args: argparse.Namespace) -> int:
     )
     model.save_pretrained(output)
     tokenizer.save_pretrained(output)
-    summary = {
-        "arguments": {k: v for k, v in vars(args).items() if k != "run"},
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "train_rows_available": {"code": len(code_rows), "generated": len(generated_rows)},
-        "wall_seconds": time.perf_counter() - started,
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    }
     write_logs(output, log, summary)
-    print(json.dumps(summary, indent=2))
-    return 0
-
-
-def forward_loss(model, batch: dict, loss_fn):
-    inputs = {k: batch[k] for k in ("input_ids", "position_ids", "attention_mask")}
-    logits = model(**inputs, use_cache=False).logits
-    return loss_fn(logits, batch["labels"], batch["loss_weights"])
 
 
 def write_logs(output: Path, log: list[dict], summary: dict) -> None:
     """training_log.json (summary + every record), loss_curves.csv and loss_curves.png beside the checkpoint."""
-    (output / "training_log.json").write_text(json.dumps({**summary, "log": log}, indent=1))
+    (output / "training_log.json").write_text(json.dumps({**summary, "log": log}))
     with open(output / "loss_curves.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(log[0]))
         writer.writeheader()

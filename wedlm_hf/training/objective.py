@@ -134,11 +134,21 @@ def dual_stream_loss(
     return weighted.sum() / batch, parts
 
 
+MODEL_INPUTS = ("input_ids", "position_ids", "attention_mask")
+
+
+def dual_stream_forward(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float], object]:
+    """Forward a `DualStreamCollator` batch and return its loss, the loss parts and the model outputs."""
+    outputs = model(**{key: batch[key] for key in MODEL_INPUTS}, use_cache=False)
+    loss, parts = dual_stream_loss(outputs.logits, batch["labels"], batch["loss_weights"])
+    return loss, parts, outputs
+
+
 class WeDLMTrainer(Trainer):
     """`Trainer` whose loss is `dual_stream_loss` on batches from `DualStreamCollator`.
 
-    The collator's extra keys (`labels`, `loss_weights`) are popped here, before the model sees the batch. The
-    loss is already a per-row mean (it ignores `num_items_in_batch`), so `Trainer` must divide it by the
+    The collator's extra keys (`labels`, `loss_weights`) are kept away from the model's forward. The loss is
+    already a per-row mean (it ignores `num_items_in_batch`), so `Trainer` must divide it by the
     gradient-accumulation steps itself: hence `model_accepts_loss_kwargs = False`.
     """
 
@@ -147,8 +157,5 @@ class WeDLMTrainer(Trainer):
         self.model_accepts_loss_kwargs = False
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        labels = inputs.pop("labels")
-        loss_weights = inputs.pop("loss_weights")
-        outputs = model(**inputs, use_cache=False)
-        loss, _ = dual_stream_loss(outputs.logits, labels, loss_weights)
+        loss, _, outputs = dual_stream_forward(model, inputs)
         return (loss, outputs) if return_outputs else loss
