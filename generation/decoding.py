@@ -68,6 +68,7 @@ class WindowDecoder:
         self.prompt_positions = (prompt_mask.long().cumsum(1) - 1).clamp(min=0)
         self.first_position = prompt_mask.long().sum(1)
         self.pending_prompt = input_ids  # fed together with the first window
+        self.prompt_logits = None  # after that forward: the AR logits of each row's last prompt token
         self.cache = WeDLMCache(key_mask=prompt_mask)
         vocab = model.config.get_text_config().vocab_size
         self.window_scores = self._score_buffer(batch_size, vocab, device) if self.keep_scores else None
