@@ -87,7 +87,9 @@ def new_tokens(sequence: torch.Tensor, prompt_length: int, eos_id: int) -> torch
     return tokens[: int(stops[0]) + 1] if len(stops) else tokens
 
 
-def evaluate(model, tokenizer, prompts: list[str], thresholds: list[float], max_new_tokens: int) -> dict:
+def evaluate(
+    model, tokenizer, prompts: list[str], thresholds: list[float], penalty: float, max_new_tokens: int
+) -> dict:
     eos_id = tokenizer.eos_token_id
     ar, wedlm = Arm(), {t: Arm() for t in thresholds}
     for text in prompts:
@@ -104,6 +106,7 @@ def evaluate(model, tokenizer, prompts: list[str], thresholds: list[float], max_
                 **inputs,
                 decoding="wedlm",
                 wedlm_entropy_threshold=threshold,
+                wedlm_pos_penalty_factor=penalty,
                 max_new_tokens=max_new_tokens,
                 return_dict_in_generate=True,
             )
@@ -142,6 +145,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=wedlm_hf.DEFAULT_MODEL)
     parser.add_argument("--thresholds", type=float, nargs="+", default=None, help="default: checkpoint's, 0.1")
+    parser.add_argument("--penalty", type=float, default=None, help="default: the checkpoint's")
     parser.add_argument("--code-prompts", type=int, default=24)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=1)
@@ -153,15 +157,16 @@ def main() -> None:
     model = AutoModelForCausalLM.from_pretrained(args.model).eval()
     config = model.generation_config
     thresholds = args.thresholds or [config.wedlm_entropy_threshold, 0.1]
+    penalty = config.wedlm_pos_penalty_factor if args.penalty is None else args.penalty
     with torch.inference_mode():
         model.generate(**tokenizer("1, 2", return_tensors="pt"), max_new_tokens=8)  # warm-up
         results = {
-            "counting": evaluate(model, tokenizer, list(COUNTING_PROMPTS), thresholds, args.max_new_tokens),
+            "counting": evaluate(model, tokenizer, list(COUNTING_PROMPTS), thresholds, penalty, args.max_new_tokens),
             "held-out code": evaluate(
-                model, tokenizer, code_prompts(args.code_prompts), thresholds, args.max_new_tokens
+                model, tokenizer, code_prompts(args.code_prompts), thresholds, penalty, args.max_new_tokens
             ),
         }
-    markdown = table(results, config.wedlm_window_size, config.wedlm_pos_penalty_factor, args.max_new_tokens)
+    markdown = table(results, config.wedlm_window_size, penalty, args.max_new_tokens)
     print(markdown)
     if args.docs is not None:
         text = args.docs.read_text()

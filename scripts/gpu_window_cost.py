@@ -62,7 +62,7 @@ def forward_cost(model, context: int, query: int, warmup: int, repeats: int) -> 
     samples = []
     for i in range(warmup + repeats):
         elapsed = timed_ms(device, step)
-        cache.crop(context)
+        cache.crop(-query)  # transformers 5: a negative count of tokens to drop
         if i >= warmup:
             samples.append(elapsed)
     return statistics.median(samples)

@@ -119,7 +119,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's choice)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -30,7 +30,9 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="entropy thresholds swept for wedlm and wedlm_blockwise; 'none' = one slot per step")
     parser.add_argument("--arms", default=None, help="comma-separated arm families (default: all)")
     parser.add_argument("--lengths", default="64,128,256,512,1024", help="generated lengths of the time-vs-length run ('' skips it)")
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch intra-op threads (default 1: with busy cores, more threads spin-wait and a small "
+                        "model runs up to ~70x slower; 0 keeps torch's choice)")
     parser.add_argument("--quick", action="store_true", help="small sizes (4 prompts, 64 tokens, 2 repeats): a few minutes")
     parser.add_argument("--json", default=None, metavar="PATH", help="write all results as JSON")
     parser.add_argument("--plot", default=None, metavar="PATH", help="write the two figures as PNG")

@@ -20,8 +20,11 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging
 
     import wedlm_hf
+
+    logging.disable_progress_bar()  # keep stdout to the continuation and the stats line
 
     path = args.model or wedlm_hf.DEFAULT_MODEL
     tokenizer = AutoTokenizer.from_pretrained(path)
