@@ -29,6 +29,14 @@ COUNTING_PROMPTS = (
     "10, 20, 30, 40, ",
     "100, 101, 102, 103, ",
 )
+LONG_COUNTING_PROMPTS = (  # the same layouts with ten items of context
+    "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, ",
+    "1 2 3 4 5 6 7 8 9 10 ",
+    "1\n2\n3\n4\n5\n6\n7\n8\n9\n10\n",
+    "x = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, ",
+    "10, 20, 30, 40, 50, 60, 70, 80, 90, 100, ",
+    "100, 101, 102, 103, 104, 105, 106, 107, 108, 109, ",
+)
 TABLE_START, TABLE_END = "<!-- eval-table:start -->", "<!-- eval-table:end -->"
 
 
@@ -162,6 +170,9 @@ def main() -> None:
         model.generate(**tokenizer("1, 2", return_tensors="pt"), max_new_tokens=8)  # warm-up
         results = {
             "counting": evaluate(model, tokenizer, list(COUNTING_PROMPTS), thresholds, penalty, args.max_new_tokens),
+            "counting, 10 items": evaluate(
+                model, tokenizer, list(LONG_COUNTING_PROMPTS), thresholds, penalty, args.max_new_tokens
+            ),
             "held-out code": evaluate(
                 model, tokenizer, code_prompts(args.code_prompts), thresholds, penalty, args.max_new_tokens
             ),

@@ -101,8 +101,10 @@ def profile(vocab: int, batch: int, new_tokens: int, repeats: int) -> None:
 
     total = sum(timers.self_time.values())
     forward = timers.self_time["model forward"]
-    print(f"\n## vocab {vocab}, batch {batch}, {new_tokens} new tokens: {steps} steps, "
-          f"{1000 * total / steps:.2f} ms/step, forward {100 * forward / total:.0f}%, strategy {100 * (1 - forward / total):.0f}%")
+    print(
+        f"\n## vocab {vocab}, batch {batch}, {new_tokens} new tokens: {steps} steps, {1000 * total / steps:.2f} ms/step, "
+        f"forward {100 * forward / total:.0f}%, strategy {100 * (1 - forward / total):.0f}%"
+    )
     print("| part | ms/step | share of step |\n|---|---|---|")
     for name, seconds in sorted(timers.self_time.items(), key=lambda item: -item[1]):
         print(f"| {name} | {1000 * seconds / steps:.3f} | {100 * seconds / total:.1f}% |")

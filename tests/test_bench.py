@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from tiny_models import tiny_model, random_prompts
 from wedlm_hf.bench import BenchConfig, build_arms, markdown, plot, run_bench, write_json
@@ -13,6 +14,15 @@ ALL_ARMS = {
     "ar", "prompt_lookup", "wedlm", "wedlm_blockwise", "nocache",
     "wedlm@1slot", "wedlm@0.5", "wedlm_blockwise@1slot", "wedlm_blockwise@0.5",
 }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """On a busy shared machine multi-threaded torch spin-waits (docs/benchmarks.md); the CLI sets 1 too."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -54,7 +54,9 @@ class Arm:
             return _generate(model, prompt, max_new_tokens, exact_length, dict(self.options))
 
 
-def _generate(model: PreTrainedModel, prompt: Sequence[int], max_new_tokens: int, exact_length: bool, options: dict) -> Decoded:
+def _generate(
+    model: PreTrainedModel, prompt: Sequence[int], max_new_tokens: int, exact_length: bool, options: dict
+) -> Decoded:
     input_ids = torch.tensor([list(prompt)], device=model.device)
     if exact_length:
         options["eos_token_id"] = None
@@ -70,7 +72,9 @@ def _generate(model: PreTrainedModel, prompt: Sequence[int], max_new_tokens: int
     return Decoded(output.sequences[0, input_ids.shape[1] :].tolist(), stats.summary() if stats is not None else None)
 
 
-def _reference(model: PreTrainedModel, prompt: list[int], max_new_tokens: int, exact_length: bool, options: dict) -> Decoded:
+def _reference(
+    model: PreTrainedModel, prompt: list[int], max_new_tokens: int, exact_length: bool, options: dict
+) -> Decoded:
     """The cache-free reference at the settings `generate(decoding="wedlm", **options)` would resolve to."""
     settings = WeDLMSettings.resolve(
         model.generation_config,

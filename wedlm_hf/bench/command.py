@@ -5,6 +5,7 @@ and the time-vs-length table; optionally writes JSON and a PNG.
 """
 
 import argparse
+import importlib.util
 import sys
 
 QUICK = {"num_prompts": 4, "max_new_tokens": 64, "repeats": 2, "thresholds": "0.2,0.8", "lengths": "64,128,256,512"}
@@ -19,17 +20,27 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default=None, help="local path or Hub id (default: the embedded checkpoint; "
-                        "'random': a random 4-layer d=256 model with random prompts)")
-    parser.add_argument("--prompts", action="append", default=None,
-                        help="'code', 'counting' or a JSONL file of {\"prompt\": ...}; repeatable (default: code and counting)")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="local path or Hub id (default: the embedded checkpoint; 'random': a random 4-layer d=256 model with "
+        "random prompts)",
+    )
+    parser.add_argument(
+        "--prompts",
+        action="append",
+        default=None,
+        help="'code', 'counting' or a JSONL file of {\"prompt\": ...}; repeatable (default: code and counting)",
+    )
     parser.add_argument("--num-prompts", type=int, default=8, help="prompts per set")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3, help="timed interleaved repeats (median reported)")
     parser.add_argument("--thresholds", default="0.1,0.2,0.4,0.8,1.6",
                         help="entropy thresholds swept for wedlm and wedlm_blockwise; 'none' = one slot per step")
     parser.add_argument("--arms", default=None, help="comma-separated arm families (default: all)")
-    parser.add_argument("--lengths", default="64,128,256,512,1024", help="generated lengths of the time-vs-length run ('' skips it)")
+    parser.add_argument(
+        "--lengths", default="64,128,256,512,1024", help="generated lengths of the time-vs-length run ('' skips it)"
+    )
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads (default 1: with busy cores, more threads spin-wait and a small "
                         "model runs up to ~70x slower; 0 keeps torch's choice)")
@@ -50,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
     from .report import markdown, plot, write_json
     from .runner import BenchConfig, run_bench
 
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        raise SystemExit("--plot needs matplotlib: pip install 'wedlm-hf[bench]'")  # fail before, not after, the run
     if args.quick:
         for key, value in QUICK.items():
             setattr(args, key, value)

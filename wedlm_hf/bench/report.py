@@ -4,6 +4,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from .arms import threshold_label
 from .runner import BenchResult
 
 
@@ -63,11 +64,10 @@ def plot(result: BenchResult, path: str | Path) -> None:
             if not swept:
                 continue
             swept.sort(key=lambda r: -1.0 if r.threshold is None else r.threshold)
-            curve.plot(
-                [r.token_match for r in swept], [r.tokens_per_s for r in swept], marker=marker, label=f"{family} ({set_name})"
-            )
+            label = f"{family} ({set_name})"
+            curve.plot([r.token_match for r in swept], [r.tokens_per_s for r in swept], marker=marker, label=label)
             for r in swept:
-                curve.annotate("1slot" if r.threshold is None else f"{r.threshold:g}", (r.token_match, r.tokens_per_s), fontsize=7)
+                curve.annotate(threshold_label(r.threshold), (r.token_match, r.tokens_per_s), fontsize=7)
         baseline = next((r for r in rows if r.arm == "ar"), None)
         if baseline is not None:
             curve.axhline(baseline.tokens_per_s, linestyle=":", color="gray", label=f"ar ({set_name})")

@@ -10,6 +10,7 @@ import platform
 import statistics
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -257,13 +258,27 @@ def run_bench(
     from tqdm.auto import tqdm
 
     arms = build_arms(config.families or tuple(FAMILIES), config.thresholds)
-    scaling_arms = [a for a in arms if a.name in config.scaling_families] if config.scaling_lengths else []
+    scaling_prompt = min(next(iter(prompt_sets.values())), key=len)
+    lengths = _fitting_lengths(model, len(scaling_prompt), config.scaling_lengths)
+    scaling_arms = [a for a in arms if a.name in config.scaling_families] if lengths else []
     total = sum(len(arms) * (1 + len(p) * (1 + config.repeats)) for p in prompt_sets.values())
-    total += len(scaling_arms) * (1 + len(config.scaling_lengths) * config.repeats)
+    total += len(scaling_arms) * (1 + len(lengths) * config.repeats)
     with tqdm(total=total, desc="bench", unit="decode", disable=not progress) as bar:
         sets = {name: bench_prompt_set(model, arms, prompts, config, bar.update) for name, prompts in prompt_sets.items()}
-        first_prompt = next(iter(prompt_sets.values()))[0]
-        samples = time_vs_length(model, scaling_arms, first_prompt, config.scaling_lengths, config.repeats, bar.update)
+        samples = time_vs_length(model, scaling_arms, scaling_prompt, lengths, config.repeats, bar.update)
     scaling = {name: {n: statistics.median(s) for n, s in by_length.items()} for name, by_length in samples.items()}
     return BenchResult(config=config, machine=machine_info(), sets=sets, scaling=scaling)
 
+
+
+def _fitting_lengths(model: PreTrainedModel, prompt_length: int, lengths: Sequence[int]) -> tuple[int, ...]:
+    """The lengths that fit the model's positions after the prompt (decoding refuses the others); warns on drops."""
+    limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+    fitting = tuple(n for n in lengths if limit is None or prompt_length + n <= limit)
+    if len(fitting) < len(lengths):
+        warnings.warn(
+            f"time vs length: skipping lengths {sorted(set(lengths) - set(fitting))}: a {prompt_length}-token prompt "
+            f"plus that many tokens exceeds max_position_embeddings={limit}",
+            stacklevel=2,
+        )
+    return fitting
