@@ -62,13 +62,15 @@ class LosslessDecoder(WindowDecoder):
             num_leading, generated_before = num_leading[continuing], generated_before[continuing]
             if not self.rows.numel():
                 return
-        # 2. one forward: next-token logits at the certain token and at every leading draft
-        length = self.window_length.clone()
-        logits, physical = self._feed(length, generated_before)
+        # 2. one forward: next-token logits at the certain token and at every leading draft, plus as many extra
+        #    mask slots as there are drafts, so that if all are accepted the next window is already predicted
         window_size = self.settings.window_size
+        drafts = num_leading - 1
+        budget = self.max_new_tokens - generated_before - self.window_length
+        length = self.window_length + torch.minimum(drafts, budget)
+        logits, physical = self._feed(length, generated_before)
         ar_tokens = logits.gather(1, physical[:, :window_size, None].clamp(max=logits.shape[1] - 1).expand(
             -1, -1, logits.shape[-1])).argmax(-1)
-        drafts = num_leading - 1
         matches = (self.window[:, 1:window_size] == ar_tokens[:, : window_size - 1]) & (
             self.slots[None, : window_size - 1] < drafts[:, None]
         )
@@ -90,5 +92,6 @@ class LosslessDecoder(WindowDecoder):
         self.window_length = torch.minimum(
             torch.full_like(self.window_length, window_size), self.max_new_tokens - self.generated
         )
+        self.window = self.window.masked_fill(self.slots[None, :] >= self.window_length[:, None], self.mask_id)
         if bool(finished.any()):
             self._drop_rows(~finished)
