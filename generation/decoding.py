@@ -175,30 +175,35 @@ class WindowDecoder:
         # grow the window by as many mask slots as it will commit, within max_new_tokens
         budget = self.max_new_tokens - generated_before - self.window_length
         length = self.window_length + torch.minimum(num_leading, budget)
-        logits, physical = self._feed(length, generated_before)
-        self.cache.commit(num_leading, logits.shape[1])
-        slot_logits = self._shift(num_leading, length, logits, physical)
-        self._fill(slot_logits, self.window[:, : self.settings.window_size] == self.mask_id)
+        logits, physical, fed = self._feed(length, generated_before)
+        self.cache.commit(num_leading, fed)
+        slot_physical = self._shift(num_leading, length, physical)
+        self._fill(logits, slot_physical, self.window[:, : self.settings.window_size] == self.mask_id)
 
-    def _feed(self, length: torch.Tensor, generated_before: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _feed(
+        self, length: torch.Tensor, generated_before: torch.Tensor, filled_logits: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
         """One forward over each row's first `length` slots: filled slots first, mask slots last, dead slots
         (rows shorter than the batch's longest window) at the end; RoPE keeps each slot's logical position.
-        Returns the logits of the fed slots (physical order) and each slot's physical index."""
+
+        Returns the kept logits, each slot's index into them, and the number of slots fed. Only mask slots need
+        logits, and they sit physically last, so unless `filled_logits` the lm_head skips the leading columns
+        that are filled in every row (negative indices mark slots without logits)."""
         live = self.slots[None, :] < length[:, None]
         filled = (self.window != self.mask_id) & live
         order_key = torch.where(filled, self.slots, torch.where(live, self.width + self.slots, 2 * self.width + self.slots))
         order = order_key.argsort(dim=1)
         fed = int(length.max())
+        keep = fed if filled_logits else fed - int(filled.sum(1).min())
         fed_order = order[:, :fed]
         input_ids = self.window.gather(1, fed_order)
         position_ids = (self.first_position + generated_before)[:, None] + fed_order
         fed_live = self.slots[None, :fed] < length[:, None]
-        keep = fed
-        if self.pending_prompt is not None:
+        prompt_pending = self.pending_prompt is not None
+        if prompt_pending:
             input_ids = torch.cat([self.pending_prompt, input_ids], dim=1)
             position_ids = torch.cat([self.prompt_positions, position_ids], dim=1)
             self.pending_prompt = None
-            keep += 1  # the last prompt token's logits: the AR prediction for the first new token
         past_length = self.cache.get_seq_length()
         logits = self.model(
             input_ids=input_ids,
@@ -206,21 +211,20 @@ class WindowDecoder:
             position_ids=position_ids,
             cache=self.cache,
             use_cache=True,
-            logits_to_keep=keep,
+            # with the prompt, one more: the last prompt token's logits, the AR prediction of the first new token
+            logits_to_keep=keep + int(prompt_pending),
             **flash_sequence_lengths(
                 self.model.config, input_ids.shape[0], input_ids.shape[1], past_length, input_ids.device
             ),
         ).logits
-        self.prompt_logits = logits[:, 0] if keep > fed else None
+        self.prompt_logits = logits[:, 0] if prompt_pending else None
         self.stats.model_calls += 1
         self.total_forwards[self.rows] += 1
         self.total_processed[self.rows] += length
-        return logits[:, -fed:], order.argsort(dim=1)
+        return logits[:, -keep:] if keep else logits[:, :0], order.argsort(dim=1) - (fed - keep), fed
 
-    def _shift(
-        self, shift: torch.Tensor, length: torch.Tensor, logits: torch.Tensor, physical: torch.Tensor
-    ) -> torch.Tensor:
-        """Drop each row's first `shift` slots; return the logits this forward gave each remaining slot."""
+    def _shift(self, shift: torch.Tensor, length: torch.Tensor, physical: torch.Tensor) -> torch.Tensor:
+        """Drop each row's first `shift` slots; return where this forward's logits of each remaining slot are."""
         source = (self.slots[None, :] + shift[:, None]).clamp(max=self.width - 1)
         in_window = self.slots[None, :] < (length - shift)[:, None]
         self.window = torch.where(in_window, self.window.gather(1, source), self.mask_id)
@@ -230,44 +234,42 @@ class WindowDecoder:
             kept = getattr(self, name)
             if kept is not None:
                 setattr(self, name, kept.gather(1, source[..., None].expand(-1, -1, kept.shape[-1])))
-        window_size = self.settings.window_size
-        slot_physical = physical.gather(1, source[:, :window_size]).clamp(max=logits.shape[1] - 1)
-        return logits.gather(1, slot_physical[..., None].expand(-1, -1, logits.shape[-1]))
+        return physical.gather(1, source[:, : self.settings.window_size])
 
-    def _fill(self, slot_logits: torch.Tensor, fillable: torch.Tensor) -> None:
-        """Fill the confident slots among the live, `fillable` ones of the first `window_size` slots."""
+    def _fill(self, logits: torch.Tensor, slot_physical: torch.Tensor, fillable: torch.Tensor) -> None:
+        """Fill the confident slots among the live, `fillable` ones of the first `window_size` slots.
+
+        Vocabulary-wide work (entropy, processors, argmax) runs on candidate slots only: with a large vocabulary
+        it is the biggest cost of a step besides the forward."""
         window_size = self.settings.window_size
         candidates = fillable & (self.slots[None, :window_size] < self.window_length[:, None])
+        rows, slots = candidates.nonzero(as_tuple=True)
+        candidate_logits = logits[rows, slot_physical[rows, slots]]
+        entropy = torch.full(candidates.shape, float("inf"), device=logits.device)
+        entropy[rows, slots] = slot_entropy(candidate_logits)
         chosen = choose_slots(
-            slot_entropy(slot_logits),
-            candidates,
-            self.settings.entropy_threshold,
-            self.settings.pos_penalty_factor,
-        )
-        scores = self._process(slot_logits)
+            entropy, candidates, self.settings.entropy_threshold, self.settings.pos_penalty_factor
+        )[rows, slots]
+        rows, slots, chosen_logits = rows[chosen], slots[chosen], candidate_logits[chosen]
+        scores = self._process(chosen_logits, rows)
         if self.do_sample:
-            probs = torch.softmax(scores.float(), dim=-1)
-            tokens = torch.multinomial(probs.flatten(0, 1), 1).view(probs.shape[:2])
+            tokens = torch.multinomial(torch.softmax(scores.float(), dim=-1), 1).squeeze(1)
         else:
             tokens = scores.argmax(-1)
-        self.window[:, :window_size] = torch.where(chosen, tokens, self.window[:, :window_size])
-        self.window_fill_step[:, :window_size].masked_fill_(chosen, self.stats.model_calls)
-        for kept, values in ((self.window_scores, scores), (self.window_logits, slot_logits)):
+        self.window[rows, slots] = tokens
+        self.window_fill_step[rows, slots] = self.stats.model_calls
+        for kept, values in ((self.window_scores, scores), (self.window_logits, chosen_logits)):
             if kept is not None:
-                kept[:, :window_size][chosen] = values[chosen].to(kept.dtype)
+                kept[rows, slots] = values.to(kept.dtype)
 
-    def _process(self, slot_logits: torch.Tensor) -> torch.Tensor:
+    def _process(self, logits: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """Scores a slot's token is chosen from: the mask id is never a prediction (it would fill nothing), then
-        logits processors/warpers with the row's committed tokens as context."""
-        slot_logits = slot_logits.clone()
-        slot_logits[..., self.mask_id] = float("-inf")
+        logits processors/warpers with the slot's row's committed tokens as context."""
+        mask_column = torch.tensor([self.mask_id], device=logits.device)
+        scores = logits.index_fill(-1, mask_column, float("-inf"))
         if not self.logits_processor:
-            return slot_logits
-        context = self._committed_context()
-        batch, slots, vocab = slot_logits.shape
-        repeated = context.repeat_interleave(slots, dim=0)
-        scores = self.logits_processor(repeated, slot_logits.reshape(batch * slots, vocab).float())
-        return scores.view(batch, slots, vocab)
+            return scores
+        return self.logits_processor(self._committed_context()[rows], scores.float())
 
     def _committed_context(self) -> torch.LongTensor:
         """Left-padded (rows, prompt + committed) ids: every row's context ends at its last committed token."""

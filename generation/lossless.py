@@ -31,11 +31,11 @@ class LosslessDecoder(WindowDecoder):
     def run(self) -> None:
         none = torch.zeros_like(self.window_length)
         length = self.window_length.clone()
-        logits, physical = self._feed(length, self.generated)
-        self.cache.commit(none, logits.shape[1])
-        slot_logits = self._shift(none, length, logits, physical)
+        logits, physical, fed = self._feed(length, self.generated)
+        self.cache.commit(none, fed)
+        slot_physical = self._shift(none, length, physical)
         self._place_certain(self.prompt_logits.argmax(-1))
-        self._fill(slot_logits, self._fillable())
+        self._fill(logits, slot_physical, self._fillable())
         while self.rows.numel():
             self._verify_step()
 
@@ -68,9 +68,9 @@ class LosslessDecoder(WindowDecoder):
         drafts = num_leading - 1
         budget = self.max_new_tokens - generated_before - self.window_length
         length = self.window_length + torch.minimum(drafts, budget)
-        logits, physical = self._feed(length, generated_before)
-        ar_tokens = logits.gather(1, physical[:, :window_size, None].clamp(max=logits.shape[1] - 1).expand(
-            -1, -1, logits.shape[-1])).argmax(-1)
+        logits, physical, fed = self._feed(length, generated_before, filled_logits=True)
+        ar_physical = physical[:, :window_size].clamp(max=fed - 1)
+        ar_tokens = logits.gather(1, ar_physical[..., None].expand(-1, -1, logits.shape[-1])).argmax(-1)
         matches = (self.window[:, 1:window_size] == ar_tokens[:, : window_size - 1]) & (
             self.slots[None, : window_size - 1] < drafts[:, None]
         )
@@ -82,13 +82,13 @@ class LosslessDecoder(WindowDecoder):
             self.stats.corrected[row] += int(corrected[i])
         # 3. commit the accepted drafts (their K/V are this forward's), then the AR token becomes certain
         finished = self._commit(accepted, start=1)
-        self.cache.commit(1 + accepted, logits.shape[1])
+        self.cache.commit(1 + accepted, fed)
         next_certain = ar_tokens.gather(1, accepted[:, None]).squeeze(1)
-        slot_logits = self._shift(1 + accepted, length, logits, physical)
+        slot_physical = self._shift(1 + accepted, length, physical)
         after_mismatch = corrected[:, None] & (self.slots[None, :] >= 1)
         self.window = self.window.masked_fill(after_mismatch, self.mask_id)
         self._place_certain(next_certain)
-        self._fill(slot_logits, self._fillable())
+        self._fill(logits, slot_physical, self._fillable())
         self.window_length = torch.minimum(
             torch.full_like(self.window_length, window_size), self.max_new_tokens - self.generated
         )
