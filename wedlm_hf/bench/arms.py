@@ -20,6 +20,7 @@ FAMILIES: dict[str, dict] = {
     "prompt_lookup": {"decoding": "ar", "prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS},
     "wedlm": {"decoding": "wedlm"},
     "wedlm_blockwise": {"decoding": "wedlm", "wedlm_blockwise": True},
+    "wedlm_lossless": {"decoding": "wedlm", "wedlm_lossless": True},
     "nocache": {"decoding": "reference"},
 }
 """Family name -> `generate` keywords; `decoding="reference"` runs the cache-free `reference_decode` instead."""
