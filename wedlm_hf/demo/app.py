@@ -108,8 +108,11 @@ def build_app(default_model: str | None = None, concurrency_limit: int = 1, queu
         finally:
             runs.finish(session, stop)
 
-    def stop_generation(request: gr.Request) -> str:
-        return "Stopped." if runs.stop(request.session_hash) else "Nothing is running."
+    def stop_generation(request: gr.Request) -> None:
+        """Set the session's stop flag. The run itself ends at its next token or commit and reports "Stopped.":
+        cancelling the Gradio event instead would race its last yields against this handler's status."""
+        if not runs.stop(request.session_hash):
+            gr.Info("Nothing is running.")
 
     with gr.Blocks(title="WeDLM parallel decoding", analytics_enabled=False) as app:
         gr.Markdown(
@@ -155,14 +158,14 @@ def build_app(default_model: str | None = None, concurrency_limit: int = 1, queu
         gr.Markdown("### Step view (WeDLM): one row per forward, the window sliding right as tokens commit")
         steps = gr.HTML(elem_id="step-view")
 
-        run_event = run_button.click(
+        run_button.click(
             generate,
             inputs=[prompt, model_name, *sliders],
             outputs=[status, wedlm_text, wedlm_stats, ar_text, ar_stats, steps],
             concurrency_limit=concurrency_limit,
             show_progress="minimal",
         )
-        stop_button.click(stop_generation, outputs=[status], cancels=[run_event], queue=False)
+        stop_button.click(stop_generation, queue=False)
     app.queue(max_size=queue_size, default_concurrency_limit=concurrency_limit)
     return app
 
