@@ -118,6 +118,16 @@ def _text(page, selector: str) -> str:
     return page.locator(selector).inner_text()
 
 
+def test_lossless_toggle_makes_both_sides_agree(page):
+    page.locator("#prompt textarea").fill(COUNTING_PROMPT)
+    page.locator("#lossless input[type=checkbox]").check()
+    page.locator("#run").click()
+    sync_api.expect(page.locator("#status")).to_contain_text("Done", timeout=60_000)
+    wedlm = page.locator("#wedlm-output textarea").input_value()
+    assert wedlm and wedlm == page.locator("#ar-output textarea").input_value()
+    page.locator("#lossless input[type=checkbox]").uncheck()
+
+
 def test_empty_prompt_gives_a_message_not_a_traceback(page):
     page.locator("#prompt textarea").fill("   ")
     page.locator("#run").click()

@@ -59,7 +59,7 @@ def tiny_checkpoint(tmp_path_factory) -> str:
 
 
 def test_sliders_follow_the_parameter_fields():
-    assert list(SLIDERS) == [f.name for f in fields(DecodeParams)]
+    assert list(SLIDERS) + ["lossless"] == [f.name for f in fields(DecodeParams)]  # the toggle is a checkbox
     for spec in SLIDERS.values():
         assert spec.minimum <= spec.default <= spec.maximum
 
@@ -110,6 +110,7 @@ def test_generate_options_share_length_and_sampling():
         "wedlm_window_size": 8,
         "wedlm_entropy_threshold": 0.5,
         "wedlm_pos_penalty_factor": 0.1,
+        "wedlm_lossless": False,
     }
     assert ar == {"decoding": "ar", "max_new_tokens": 32, "do_sample": False, "return_dict_in_generate": True}
     sampled = generate_options(DecodeParams(8, 0.5, 0.1, 0.7, 32), "ar")
@@ -201,3 +202,13 @@ def test_closing_the_race_stops_the_threads(tiny_checkpoint):
     next(snapshots)
     snapshots.close()  # what Gradio does when the event is cancelled
     assert stop.is_set()
+
+
+def test_lossless_toggle_reaches_the_wedlm_side_only():
+    params = validate_params(**{**DEFAULTS, "lossless": True})
+    assert generate_options(params, "wedlm")["wedlm_lossless"] is True
+    assert "wedlm_lossless" not in generate_options(params, "ar")
+    with pytest.raises(InputError, match="temperature"):
+        validate_params(**{**DEFAULTS, "lossless": True, "temperature": 0.7})
+    with pytest.raises(InputError, match="Lossless"):
+        validate_params(**{**DEFAULTS, "lossless": "yes"})

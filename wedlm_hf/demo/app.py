@@ -75,12 +75,15 @@ def build_app(default_model: str | None = None, concurrency_limit: int = 1, queu
         pos_penalty: float,
         temperature: float,
         max_new_tokens: float,
+        lossless: bool,
         request: gr.Request,
     ):
         session = request.session_hash if request is not None else ""
         try:
             prompt = validate_prompt(prompt)
-            params = validate_params(window_size, entropy_threshold, pos_penalty, temperature, max_new_tokens)
+            params = validate_params(
+                window_size, entropy_threshold, pos_penalty, temperature, max_new_tokens, lossless
+            )
             yield f"Loading `{model_name}`…", "", "", "", "", ""
             model, tokenizer = load_model(model_name)
         except InputError as error:
@@ -144,6 +147,11 @@ def build_app(default_model: str | None = None, concurrency_limit: int = 1, queu
                 )
                 for name, spec in SLIDERS.items()
             ]
+        lossless = gr.Checkbox(
+            False,
+            label="Lossless: verify WeDLM drafts against the model's own next-token logits (output identical to AR)",
+            elem_id="lossless",
+        )
         with gr.Row():
             run_button = gr.Button("Generate", variant="primary", elem_id="run")
             stop_button = gr.Button("Stop", variant="stop", elem_id="stop")
@@ -160,7 +168,7 @@ def build_app(default_model: str | None = None, concurrency_limit: int = 1, queu
 
         run_button.click(
             generate,
-            inputs=[prompt, model_name, *sliders],
+            inputs=[prompt, model_name, *sliders, lossless],
             outputs=[status, wedlm_text, wedlm_stats, ar_text, ar_stats, steps],
             concurrency_limit=concurrency_limit,
             show_progress="minimal",

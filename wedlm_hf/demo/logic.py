@@ -7,7 +7,7 @@ directly.
 import html
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from numbers import Real
 
 
@@ -33,13 +33,16 @@ class SliderSpec:
 
 @dataclass(frozen=True)
 class DecodeParams:
-    """Validated decoding parameters of one request; field order is the sliders' order on the page."""
+    """Validated decoding parameters of one request; field order is the sliders' order on the page, then the
+    lossless checkbox."""
 
     window_size: int
     entropy_threshold: float
     pos_penalty: float
     temperature: float
     max_new_tokens: int
+    lossless: bool = False
+    """WeDLM drafts verified against the model's own AR logits: the WeDLM side then equals the AR side."""
 
 
 SLIDERS: dict[str, SliderSpec] = {
@@ -64,12 +67,22 @@ def _check(name: str, value: object) -> float:
 
 
 def validate_params(
-    window_size: object, entropy_threshold: object, pos_penalty: object, temperature: object, max_new_tokens: object
+    window_size: object,
+    entropy_threshold: object,
+    pos_penalty: object,
+    temperature: object,
+    max_new_tokens: object,
+    lossless: object = False,
 ) -> DecodeParams:
     """Slider values as the page (or its API, which skips the sliders' ranges) sent them, checked, else `InputError`."""
     values = (window_size, entropy_threshold, pos_penalty, temperature, max_new_tokens)
     checked = (_check(name, value) for name, value in zip(SLIDERS, values))
-    return DecodeParams(*(int(v) if spec.integer else float(v) for spec, v in zip(SLIDERS.values(), checked)))
+    params = DecodeParams(*(int(v) if spec.integer else float(v) for spec, v in zip(SLIDERS.values(), checked)))
+    if not isinstance(lossless, bool):
+        raise InputError(f"Lossless must be true or false, got {lossless!r}.")
+    if lossless and params.temperature > 0:
+        raise InputError("Lossless mode reproduces greedy decoding: set the temperature to 0.")
+    return replace(params, lossless=lossless)
 
 
 def validate_prompt(prompt: object) -> str:
@@ -93,6 +106,7 @@ def generate_options(params: DecodeParams, decoding: str) -> dict:
         options["wedlm_window_size"] = params.window_size
         options["wedlm_entropy_threshold"] = params.entropy_threshold
         options["wedlm_pos_penalty_factor"] = params.pos_penalty
+        options["wedlm_lossless"] = params.lossless
     return options
 
 
