@@ -15,7 +15,7 @@ DEFAULT_OUTPUT = "wedlm-tiny-code"
 def register(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--output-dir", default=DEFAULT_OUTPUT, help="where the checkpoint, loss log and plot are written")
-    add("--steps", type=int, default=1400)
+    add("--steps", type=int, default=2600)
     add("--batch-size", type=int, default=8)
     add("--seq-len", type=int, default=192, help="tokens per stream (the model sees twice this)")
     add("--block-size", type=int, default=16, help="prediction-stream block size B")
