@@ -387,8 +387,10 @@ def wedlm_decode(
 ) -> WeDLMGenerateOutput | torch.LongTensor:
     """WeDLM decoding loop; use as `model.generate(custom_generate=wedlm_decode, mask_token_id=..., ...)`.
 
-    Takes the `wedlm_*` keywords (window size, entropy threshold, distance penalty) and `mask_token_id`, else the
-    generation config's attributes of those names, else the defaults of `WeDLMSettings`.
+    Takes the `wedlm_*` keywords (window size, entropy threshold, distance penalty, `wedlm_lossless` for output
+    identical to greedy AR, `wedlm_blockwise` for the paper's baseline) and `mask_token_id`, else the generation
+    config's attributes of those names, else the defaults of `WeDLMSettings`. Prefer `generate(decoding="wedlm")`
+    (via `enable`): transformers 5.x hands a callable neither the streamer nor the tokenizer `stop_strings` need.
     """
     _validate_request(model, generation_config, model_kwargs, synced_gpus)
     check_processors(logits_processor)
