@@ -21,6 +21,7 @@ import torch
 from transformers import GenerationConfig
 
 import wedlm_hf
+from wedlm_hf.bench import random_model
 
 
 def main() -> None:
@@ -30,22 +31,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=4)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    torch.manual_seed(0)
-    config = wedlm_hf.WeDLMConfig(
-        vocab_size=args.vocab,
-        hidden_size=256,
-        intermediate_size=704,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        mask_token_id=args.vocab - 1,
-        max_position_embeddings=2048,
-    )
-    model = wedlm_hf.WeDLMForCausalLM(config).eval()
+    model = random_model(vocab_size=args.vocab, peak=60.0).eval()  # confident: multi-slot steps, as trained
     model.generation_config = GenerationConfig(eos_token_id=None, pad_token_id=0)
-    with torch.no_grad():
-        model.lm_head.weight.mul_(60)  # confident predictions: multi-slot steps, as a trained model takes
     prompt = torch.randint(5, args.vocab - 5, (1, 32))
     seconds = []
     for _ in range(args.repeats):
