@@ -12,6 +12,7 @@ committed tokens are the model's greedy AR continuation by construction.
 import torch
 
 from .decoding import WindowDecoder
+from .outputs import WeDLMStats
 
 
 class LosslessDecoder(WindowDecoder):
@@ -25,8 +26,9 @@ class LosslessDecoder(WindowDecoder):
                 f"`wedlm_lossless=True` verifies drafts against plain greedy logits; remove the logits processors "
                 f"({names}) or use `wedlm_lossless=False`."
             )
-        batch_size = self.rows.numel()
-        self.stats.drafted, self.stats.accepted, self.stats.corrected = ([0] * batch_size for _ in range(3))
+        self.total_drafted, self.total_accepted, self.total_corrected = (
+            torch.zeros_like(self.total_forwards) for _ in range(3)
+        )
 
     def run(self) -> None:
         none = torch.zeros_like(self.window_length)
@@ -76,10 +78,9 @@ class LosslessDecoder(WindowDecoder):
         )
         accepted = matches.int().cumprod(1).sum(1)
         corrected = accepted < drafts
-        for i, row in enumerate(self.rows.tolist()):
-            self.stats.drafted[row] += int(drafts[i])
-            self.stats.accepted[row] += int(accepted[i])
-            self.stats.corrected[row] += int(corrected[i])
+        self.total_drafted[self.rows] += drafts
+        self.total_accepted[self.rows] += accepted
+        self.total_corrected[self.rows] += corrected.long()
         # 3. commit the accepted drafts (their K/V are this forward's), then the AR token becomes certain
         finished = self._commit(accepted, start=1)
         self.cache.commit(1 + accepted, fed)
@@ -95,3 +96,10 @@ class LosslessDecoder(WindowDecoder):
         self.window = self.window.masked_fill(self.slots[None, :] >= self.window_length[:, None], self.mask_id)
         if bool(finished.any()):
             self._drop_rows(~finished)
+
+    def finish_stats(self) -> WeDLMStats:
+        stats = super().finish_stats()
+        stats.drafted = self.total_drafted.tolist()
+        stats.accepted = self.total_accepted.tolist()
+        stats.corrected = self.total_corrected.tolist()
+        return stats
