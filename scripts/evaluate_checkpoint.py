@@ -96,7 +96,7 @@ def new_tokens(sequence: torch.Tensor, prompt_length: int, eos_id: int) -> torch
 
 
 def evaluate(
-    model, tokenizer, prompts: list[str], thresholds: list[float], penalty: float, max_new_tokens: int
+    model, tokenizer, prompts: list[str], thresholds: list[float], penalty: float, window: int, max_new_tokens: int
 ) -> dict:
     eos_id = tokenizer.eos_token_id
     ar, wedlm = Arm(), {t: Arm() for t in thresholds}
@@ -113,6 +113,7 @@ def evaluate(
             output = model.generate(
                 **inputs,
                 decoding="wedlm",
+                wedlm_window_size=window,
                 wedlm_entropy_threshold=threshold,
                 wedlm_pos_penalty_factor=penalty,
                 max_new_tokens=max_new_tokens,
@@ -154,6 +155,7 @@ def main() -> None:
     parser.add_argument("--model", default=wedlm_hf.DEFAULT_MODEL)
     parser.add_argument("--thresholds", type=float, nargs="+", default=None, help="default: checkpoint's, 0.1")
     parser.add_argument("--penalty", type=float, default=None, help="default: the checkpoint's")
+    parser.add_argument("--window", type=int, default=None, help="default: the checkpoint's")
     parser.add_argument("--code-prompts", type=int, default=24)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=1)
@@ -166,18 +168,19 @@ def main() -> None:
     config = model.generation_config
     thresholds = args.thresholds or [config.wedlm_entropy_threshold, 0.1]
     penalty = config.wedlm_pos_penalty_factor if args.penalty is None else args.penalty
+    window = config.wedlm_window_size if args.window is None else args.window
     with torch.inference_mode():
         model.generate(**tokenizer("1, 2", return_tensors="pt"), max_new_tokens=8)  # warm-up
-        results = {
-            "counting": evaluate(model, tokenizer, list(COUNTING_PROMPTS), thresholds, penalty, args.max_new_tokens),
-            "counting, 10 items": evaluate(
-                model, tokenizer, list(LONG_COUNTING_PROMPTS), thresholds, penalty, args.max_new_tokens
-            ),
-            "held-out code": evaluate(
-                model, tokenizer, code_prompts(args.code_prompts), thresholds, penalty, args.max_new_tokens
-            ),
+        prompt_sets = {
+            "counting": list(COUNTING_PROMPTS),
+            "counting, 10 items": list(LONG_COUNTING_PROMPTS),
+            "held-out code": code_prompts(args.code_prompts),
         }
-    markdown = table(results, config.wedlm_window_size, penalty, args.max_new_tokens)
+        results = {
+            name: evaluate(model, tokenizer, prompts, thresholds, penalty, window, args.max_new_tokens)
+            for name, prompts in prompt_sets.items()
+        }
+    markdown = table(results, window, penalty, args.max_new_tokens)
     print(markdown)
     if args.docs is not None:
         text = args.docs.read_text()

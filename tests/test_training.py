@@ -1,12 +1,13 @@
 """The dual-stream training objective (spec §6): attention pattern, reordering, loss, and a `Trainer` run."""
 
+import json
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 from tiny_models import MASK_ID, tiny_model
-from transformers import AutoTokenizer, TrainingArguments
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments
 
 from wedlm_hf.training import (
     DualStreamCollator,
@@ -16,6 +17,7 @@ from wedlm_hf.training import (
     dual_stream_visibility,
     train_tokenizer,
 )
+from wedlm_hf.cli import main as wedlm_hf_cli
 from wedlm_hf.training.corpus import low_entropy_documents, pack, stdlib_files
 
 
@@ -187,3 +189,28 @@ def test_corpus_split_is_deterministic_and_disjoint():
     assert not set(train) & set(held_out)
     assert held_out == stdlib_files("eval")
     assert low_entropy_documents(5, seed=7) == low_entropy_documents(5, seed=7)
+
+
+def test_train_command_writes_a_checkpoint_that_decodes(tmp_path):
+    """`wedlm-hf train` end to end, shrunk: tokenizer, corpus rows, steps, held-out evals, logs, plot, and a
+    checkpoint that loads through the Auto classes and decodes with WeDLM by default."""
+    output = tmp_path / "checkpoint"
+    options = {
+        "--output-dir": output, "--steps": 3, "--batch-size": 2, "--seq-len": 32, "--code-chars": 100_000,
+        "--vocab-size": 300, "--hidden-size": 64, "--layers": 1, "--intermediate-size": 128, "--eval-every": 2,
+        "--save-every": 2, "--threads": 1,
+    }
+    assert wedlm_hf_cli(["train", *(str(item) for pair in options.items() for item in pair)]) == 0
+    log = json.loads((output / "training_log.json").read_text())
+    assert log["steps_done"] == 3 and log["parameters"] > 0
+    assert [r["step"] for r in log["log"] if r["split"] == "eval"] == [2, 3]
+    assert all(math.isfinite(r["mdm"]) and math.isfinite(r["ar"]) for r in log["log"])
+    assert (output / "loss_curves.png").stat().st_size > 0 and (output / "loss_curves.csv").exists()
+
+    tokenizer = AutoTokenizer.from_pretrained(output)
+    model = AutoModelForCausalLM.from_pretrained(output)
+    assert tokenizer.convert_tokens_to_ids("<|mask|>") == model.config.mask_token_id
+    inputs = tokenizer("1, 2, 3, ", return_tensors="pt")
+    output_ids = model.generate(**inputs, max_new_tokens=5, eos_token_id=None, return_dict_in_generate=True)
+    assert output_ids.sequences.shape[1] == inputs["input_ids"].shape[1] + 5
+    assert output_ids.wedlm_stats.total_generated == 5  # generation_config.json selects WeDLM
