@@ -4,6 +4,7 @@ A value is taken from the `generate` keyword, else from the `GenerationConfig` a
 checkpoint's generation_config.json can set them), else from the model config (`mask_token_id`), else the default.
 """
 
+import math
 from dataclasses import dataclass
 from numbers import Integral, Real
 
@@ -45,11 +46,15 @@ class WeDLMSettings:
             return getattr(generation_config, name, default)
 
         window_size = pick(window_size, "wedlm_window_size", DEFAULT_WINDOW_SIZE)
+        lossless = pick(lossless, "wedlm_lossless", False)
+        if lossless is True and entropy_threshold is UNSET:
+            # verification makes a wrong draft cost only its slot, so lossless mode drafts every mask unless the
+            # caller asks otherwise (a checkpoint's threshold is tuned for committing, not for drafting)
+            entropy_threshold = math.inf
         entropy_threshold = pick(entropy_threshold, "wedlm_entropy_threshold", DEFAULT_ENTROPY_THRESHOLD)
         pos_penalty_factor = pick(pos_penalty_factor, "wedlm_pos_penalty_factor", DEFAULT_POS_PENALTY_FACTOR)
         mask_token_id = pick(mask_token_id, "mask_token_id", None)
         blockwise = pick(blockwise, "wedlm_blockwise", False)
-        lossless = pick(lossless, "wedlm_lossless", False)
         if mask_token_id is None:
             mask_token_id = getattr(model_config, "mask_token_id", None)
 

@@ -68,3 +68,20 @@ def test_sliding_window_model_is_refused():
     mistral.config.sliding_window = 64
     with pytest.raises(ValueError, match="sliding_window"):
         wedlm_hf.enable(mistral)
+
+
+def test_lossless_drafts_every_mask_unless_a_threshold_is_passed():
+    """A checkpoint's threshold is tuned for committing; lossless mode drafts every mask by default."""
+    from transformers import GenerationConfig
+
+    from wedlm_hf.generation.settings import WeDLMSettings
+
+    config = GenerationConfig(wedlm_entropy_threshold=1.0, mask_token_id=MASK_ID)
+    model_config = tiny_model("wedlm").config
+
+    def resolve(**kwargs):
+        return WeDLMSettings.resolve(config, model_config, VOCAB, **kwargs).entropy_threshold
+
+    assert resolve() == 1.0
+    assert resolve(lossless=True) == float("inf")
+    assert resolve(lossless=True, entropy_threshold=0.5) == 0.5
