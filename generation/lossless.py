@@ -11,7 +11,7 @@ committed tokens are the model's greedy AR continuation by construction.
 New drafts come only from predictions that saw verified tokens: after a correction the row drafts nothing until
 the next forward, which predicts its masks from the corrected prefix. (Drafting from the same forward would use
 predictions conditioned on the rejected token, and a rejected slot's logits predict the slot after it; on the
-embedded checkpoint's counting prompts that gave 6.5 tokens per forward instead of 10.3.)
+embedded checkpoint's counting prompts, drafting at threshold 1.0, that gave 6.5 tokens per forward, not 10.3.)
 """
 
 import torch
