@@ -2,6 +2,8 @@
 
 A value is taken from the `generate` keyword, else from the `GenerationConfig` attribute of the same name (so a
 checkpoint's generation_config.json can set them), else from the model config (`mask_token_id`), else the default.
+One exception: lossless mode ignores a generation config's entropy threshold (tuned for committing) and drafts
+every mask, unless the threshold is passed to `generate`.
 """
 
 import math
