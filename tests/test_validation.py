@@ -3,9 +3,10 @@
 import pytest
 import torch
 from tiny_models import MASK_ID, VOCAB, random_prompts, tiny_model
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel
 
 import wedlm_hf
+from wedlm_hf.generation.settings import WeDLMSettings
 
 
 @pytest.fixture(scope="module")
@@ -72,10 +73,6 @@ def test_sliding_window_model_is_refused():
 
 def test_lossless_drafts_every_mask_unless_a_threshold_is_passed():
     """A checkpoint's threshold is tuned for committing; lossless mode drafts every mask by default."""
-    from transformers import GenerationConfig
-
-    from wedlm_hf.generation.settings import WeDLMSettings
-
     config = GenerationConfig(wedlm_entropy_threshold=1.0, mask_token_id=MASK_ID)
     model_config = tiny_model("wedlm").config
 
