@@ -1,27 +1,62 @@
 """Configuration of WeDLM checkpoints (model_type "wedlm").
 
-A WeDLM checkpoint is a Qwen2.5- or Qwen3-layout causal LM; the config is Qwen3's plus two fields:
-``qk_norm`` (Qwen3 layers when true, Qwen2 layers with q/k/v bias when false) and ``mask_token_id``.
+A WeDLM checkpoint is a Qwen2.5- or Qwen3-layout causal LM; the config is Qwen3's plus `qk_norm` and
+`mask_token_id`. The layout follows the authors' engine, which reads only `attention_bias`: q/k/v bias without
+q/k norm (Qwen2.5, WeDLM-7B) when it is true, q/k norm without bias (Qwen3, WeDLM-8B) when it is false.
 """
 
 from huggingface_hub.dataclasses import strict
 from transformers.models.qwen3.configuration_qwen3 import Qwen3Config
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
+
+QWEN_MASK_TOKEN_ID = 151665
+"""The mask id of the public WeDLM checkpoints (the authors' engine falls back to it when a config has none)."""
+QWEN_VOCAB_SIZES = (151936, 152064)
+"""Embedding rows of the Qwen tokenizers' models (152064: Qwen2.5-7B and larger), where that fallback applies."""
 
 
 @strict
 class WeDLMConfig(Qwen3Config):
     r"""
-    qk_norm (`bool`, *optional*, defaults to `True`):
-        RMS-normalise queries and keys per head (Qwen3 layers). When `False` the Qwen2 attention with q/k/v
-        bias is used, as in WeDLM-7B.
+    attention_bias (`bool`, *optional*):
+        q/k/v projections with bias and no q/k norm (Qwen2 layers) when `True`, q/k norm and no bias (Qwen3
+        layers) when `False`. Defaults to `not qk_norm`, or to `True` when neither is given, as in the authors'
+        config class.
+    qk_norm (`bool`, *optional*):
+        RMS-normalise queries and keys per head. Defaults to `not attention_bias`; giving both with
+        `qk_norm == attention_bias` is an error, since no WeDLM checkpoint has that layout.
     mask_token_id (`int`, *optional*):
-        Id of the `[MASK]` token whose logits at logical position p predict the token at p.
+        Id of the `[MASK]` token whose logits at logical position p predict the token at p. Defaults to 151665
+        (with a log line) when `vocab_size` is a Qwen vocabulary's, otherwise stays unset.
     """
 
     model_type = "wedlm"
 
-    qk_norm: bool = True
+    attention_bias: bool | None = None
+    qk_norm: bool | None = None
     mask_token_id: int | None = None
+
+    def __post_init__(self, **kwargs):
+        if self.attention_bias is None:
+            self.attention_bias = True if self.qk_norm is None else not self.qk_norm
+        if self.qk_norm is None:
+            self.qk_norm = not self.attention_bias
+        if self.qk_norm == self.attention_bias:
+            raise ValueError(
+                f"WeDLMConfig got attention_bias={self.attention_bias} and qk_norm={self.qk_norm}, which contradict: "
+                "WeDLM layers have q/k norm exactly when attention_bias is false (Qwen3 layout) and q/k/v bias "
+                "without q/k norm when it is true (Qwen2.5 layout). Remove `qk_norm` from the config (it follows "
+                "`attention_bias`) or set it to `not attention_bias`."
+            )
+        if self.mask_token_id is None and self.vocab_size in QWEN_VOCAB_SIZES:
+            logger.warning_once(
+                f"WeDLMConfig has no `mask_token_id`; using {QWEN_MASK_TOKEN_ID}, the mask id of the public WeDLM "
+                "checkpoints, for this Qwen vocabulary."
+            )
+            self.mask_token_id = QWEN_MASK_TOKEN_ID
+        super().__post_init__(**kwargs)
 
 
 __all__ = ["WeDLMConfig"]

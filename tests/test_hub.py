@@ -20,9 +20,9 @@ from wedlm_hf.hub import HUB_CONFIG_NAMES, hub_config_dir
 
 # name -> (transformers class with the same weights, parameter count in billions, attention bias / q-k norm)
 CHECKPOINTS = {
-    "WeDLM-7B": (Qwen2Config, Qwen2ForCausalLM, 7.62, False),
+    "WeDLM-7B-Base": (Qwen2Config, Qwen2ForCausalLM, 7.62, False),
     "WeDLM-7B-Instruct": (Qwen2Config, Qwen2ForCausalLM, 7.62, False),
-    "WeDLM-8B": (Qwen3Config, Qwen3ForCausalLM, 8.19, True),
+    "WeDLM-8B-Base": (Qwen3Config, Qwen3ForCausalLM, 8.19, True),
     "WeDLM-8B-Instruct": (Qwen3Config, Qwen3ForCausalLM, 8.19, True),
 }
 SHAPE_KEYS = (
@@ -33,8 +33,9 @@ PROMPT = torch.tensor([[7, 8, 9, 10]])
 GREEDY = dict(do_sample=False, max_new_tokens=24)
 
 
-def test_every_checkpoint_is_shipped():
+def test_every_checkpoint_is_shipped_under_its_published_name():
     assert set(HUB_CONFIG_NAMES) == set(CHECKPOINTS)
+    assert all(name.endswith(("-Base", "-Instruct")) for name in HUB_CONFIG_NAMES)
 
 
 @pytest.mark.parametrize("name", sorted(CHECKPOINTS))
@@ -42,10 +43,15 @@ def test_config_matches_qwen_layout_on_meta(name):
     config_class, qwen_class, billions, qk_norm = CHECKPOINTS[name]
     config = WeDLMConfig.from_pretrained(hub_config_dir() / name)
     assert config.qk_norm is qk_norm and config.attention_bias is not qk_norm
+    authors_way = json.loads((hub_config_dir() / name / "config.json").read_text())
+    del authors_way["qk_norm"]  # the authors' engine reads only attention_bias
+    assert WeDLMConfig.from_dict(authors_way).qk_norm is qk_norm
     assert config.rope_parameters["rope_theta"] == 1e6 and config.head_dim == 128
-    assert config.vocab_size > config.mask_token_id >= 151669  # past every id the Qwen tokenizers assign
+    assert config.mask_token_id == 151665  # the authors' engine, fine-tuning code and both ports agree
     generation = GenerationConfig.from_pretrained(hub_config_dir() / name)
     assert generation.decoding == "wedlm" and generation.mask_token_id == config.mask_token_id
+    stop_ids = [151645, 151643] if name.endswith("-Instruct") else 151643  # <|im_end|>, <|endoftext|>
+    assert generation.eos_token_id == stop_ids
     with torch.device("meta"):
         ours = WeDLMForCausalLM(config)
         qwen = qwen_class(config_class(**{key: getattr(config, key) for key in SHAPE_KEYS}))
@@ -82,7 +88,7 @@ def test_exported_folder_runs_without_the_package(tmp_path):
     model.save_pretrained(source)
     build_tokenizer().save_pretrained(source)
     assert main(["export", str(tmp_path / "model"), "--model", str(source)]) == 0
-    assert main(["export", str(tmp_path / "config"), "--config", "WeDLM-8B"]) == 0
+    assert main(["export", str(tmp_path / "config"), "--config", "WeDLM-8B-Base"]) == 0
     for folder in (tmp_path / "model", tmp_path / "config"):
         config = json.loads((folder / "config.json").read_text())
         assert config["auto_map"]["AutoModelForCausalLM"] == "modeling_wedlm.WeDLMForCausalLM"
@@ -130,11 +136,11 @@ def test_push_uploads_the_export(tmp_path, monkeypatch):
         return f"https://huggingface.co/{repo_id}/commit/0"
 
     monkeypatch.setattr(wedlm_hf.hub.push, "upload_folder", fake_upload)
-    assert main(["export", str(tmp_path / "out"), "--config", "WeDLM-7B"]) == 0
-    assert main(["push", str(tmp_path / "out"), "--repo-id", "me/WeDLM-7B", "--private"]) == 0
-    assert calls["create"] == ("me/WeDLM-7B", {"private": True, "token": None, "exist_ok": True})
+    assert main(["export", str(tmp_path / "out"), "--config", "WeDLM-7B-Base"]) == 0
+    assert main(["push", str(tmp_path / "out"), "--repo-id", "me/WeDLM-7B-Base", "--private"]) == 0
+    assert calls["create"] == ("me/WeDLM-7B-Base", {"private": True, "token": None, "exist_ok": True})
     repo_id, files, _ = calls["upload"]
-    assert repo_id == "me/WeDLM-7B"
+    assert repo_id == "me/WeDLM-7B-Base"
     assert {"config.json", "generation_config.json", "README.md", "modeling_wedlm.py", "decoding.py"} <= set(files)
     with pytest.raises(ValueError, match="not an exported folder"):
         main(["push", str(tmp_path), "--repo-id", "me/empty"])

@@ -24,7 +24,7 @@ FORBIDDEN_NAMES = {"os", "sys", "subprocess", "socket", "requests", "urllib", "h
 
 
 def exported_sources(tmp_path):
-    model_folder = export_model_folder(tmp_path / "model", config_name="WeDLM-8B")
+    model_folder = export_model_folder(tmp_path / "model", config_name="WeDLM-8B-Base")
     recipe = export_custom_generate(tmp_path / "recipe")
     return sorted(model_folder.glob("*.py")) + sorted((recipe / "custom_generate").glob("*.py"))
 

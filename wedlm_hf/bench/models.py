@@ -29,6 +29,7 @@ def random_model(
         num_attention_heads=hidden_size // 64,
         num_key_value_heads=max(1, hidden_size // 128),
         head_dim=64,
+        qk_norm=True,
         max_position_embeddings=8192,
         mask_token_id=vocab_size - 1,
         eos_token_id=RANDOM_EOS_ID,

@@ -5,7 +5,7 @@ import argparse
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("directory", help="folder written by `wedlm-hf export`")
-    parser.add_argument("--repo-id", required=True, help="target repository, e.g. user/WeDLM-8B")
+    parser.add_argument("--repo-id", required=True, help="target repository, e.g. user/WeDLM-8B-Base")
     parser.add_argument("--private", action="store_true", help="create the repository as private")
     parser.add_argument("--commit-message", default=None)
     parser.set_defaults(run=run)
