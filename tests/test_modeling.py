@@ -4,13 +4,24 @@ import json
 
 import pytest
 import torch
-from tiny_models import MASK_ID, random_prompts, tiny_model
-from transformers import AutoConfig, AutoModelForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM
+from tiny_models import MASK_ID, SHAPE, random_prompts, tiny_model
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
 from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer
+from transformers.testing_utils import CaptureLogger
+from transformers.utils import logging as transformers_logging
 
 import wedlm_hf
+from wedlm_hf import WeDLMConfig
 from wedlm_hf.generation import attention
+from wedlm_hf.modeling.configuration_wedlm import QWEN_MASK_TOKEN_ID
 
 
 @pytest.mark.parametrize("family,layer,reference", [("wedlm", Qwen3DecoderLayer, Qwen3ForCausalLM), ("wedlm-qwen2", Qwen2DecoderLayer, Qwen2ForCausalLM)])
@@ -37,6 +48,67 @@ def test_authors_style_config_loads_through_auto_classes(tmp_path):
     assert isinstance(AutoConfig.from_pretrained(tmp_path), wedlm_hf.WeDLMConfig)
     input_ids = torch.tensor([[5, 9, 14, 3]])
     assert torch.allclose(loaded(input_ids).logits, model(input_ids).logits, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "attention_bias,qwen_config,qwen_class,layer",
+    [(True, Qwen2Config, Qwen2ForCausalLM, Qwen2DecoderLayer), (False, Qwen3Config, Qwen3ForCausalLM, Qwen3DecoderLayer)],
+)
+def test_layout_follows_attention_bias_like_the_authors_engine(tmp_path, attention_bias, qwen_config, qwen_class, layer):
+    """A config written the authors' way (`attention_bias`, no `qk_norm`) loads transformers' own Qwen weights."""
+    torch.manual_seed(0)
+    qwen = qwen_class(qwen_config(**SHAPE, head_dim=16)).eval()
+    qwen.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert "qk_norm" not in config
+    config.update(model_type="wedlm", architectures=["WeDLMForCausalLM"], attention_bias=attention_bias, mask_token_id=MASK_ID)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+
+    model, info = AutoModelForCausalLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert isinstance(model, wedlm_hf.WeDLMForCausalLM) and model.config.qk_norm is not attention_bias
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    assert all(type(block) is layer for block in model.model.layers)
+    assert (model.model.layers[0].self_attn.q_proj.bias is not None) is attention_bias
+    input_ids = torch.tensor([[5, 9, 14, 3]])
+    assert torch.equal(model(input_ids).logits, qwen(input_ids).logits)
+
+    model.save_pretrained(tmp_path / "again")  # the derived field is written consistently and reloads the same
+    reloaded = AutoConfig.from_pretrained(tmp_path / "again")
+    assert (reloaded.attention_bias, reloaded.qk_norm) == (attention_bias, not attention_bias)
+
+
+def test_contradicting_layout_fields_are_an_error(tmp_path):
+    with pytest.raises(ValueError, match="attention_bias=True and qk_norm=True"):
+        WeDLMConfig(attention_bias=True, qk_norm=True, vocab_size=96)
+    tiny_model("wedlm").config.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "attention_bias": False, "qk_norm": False}))
+    with pytest.raises(ValueError, match="attention_bias=False and qk_norm=False"):
+        AutoConfig.from_pretrained(tmp_path)
+
+
+def test_layout_defaults_match_the_authors_config_class():
+    assert (WeDLMConfig(vocab_size=96).attention_bias, WeDLMConfig(vocab_size=96).qk_norm) == (True, False)
+    assert WeDLMConfig(vocab_size=96, qk_norm=True).attention_bias is False
+
+
+def test_qwen_vocabulary_without_mask_id_falls_back_to_the_checkpoints_id():
+    logger = transformers_logging.get_logger("wedlm_hf.modeling.configuration_wedlm")
+    transformers_logging.warning_once.cache_clear()
+    with CaptureLogger(logger) as captured:
+        configs = [WeDLMConfig(vocab_size=151936, num_hidden_layers=1), WeDLMConfig(vocab_size=152064, num_hidden_layers=1)]
+    assert [config.mask_token_id for config in configs] == [QWEN_MASK_TOKEN_ID, QWEN_MASK_TOKEN_ID] == [151665, 151665]
+    assert captured.out.count("151665") == 1
+    assert WeDLMConfig(vocab_size=151936, mask_token_id=7).mask_token_id == 7
+
+
+def test_other_vocabulary_without_mask_id_gets_the_clear_error():
+    torch.manual_seed(0)
+    model = wedlm_hf.WeDLMForCausalLM(WeDLMConfig(**SHAPE, head_dim=16)).eval()
+    assert model.config.mask_token_id is None
+    input_ids, attention_mask = random_prompts([4])
+    with pytest.raises(ValueError, match="mask_token_id"):
+        model.generate(input_ids=input_ids, attention_mask=attention_mask, decoding="wedlm", max_new_tokens=4)
 
 
 def _reordered_window():

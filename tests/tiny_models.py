@@ -21,7 +21,7 @@ EOS_ID = 2
 PAD_ID = 0
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "wedlm", "wedlm-qwen2")
 
-_SHAPE = dict(
+SHAPE = dict(
     vocab_size=VOCAB,
     hidden_size=64,
     intermediate_size=128,
@@ -43,16 +43,15 @@ def tiny_model(family: str, seed: int = 0, peak: float = 12.0, attn: str = "sdpa
     """
     torch.manual_seed(seed)
     if family == "llama":
-        model = LlamaForCausalLM(LlamaConfig(**_SHAPE))
+        model = LlamaForCausalLM(LlamaConfig(**SHAPE))
     elif family == "mistral":
-        model = MistralForCausalLM(MistralConfig(**_SHAPE, sliding_window=None))
+        model = MistralForCausalLM(MistralConfig(**SHAPE, sliding_window=None))
     elif family == "qwen2":
-        model = Qwen2ForCausalLM(Qwen2Config(**_SHAPE))
+        model = Qwen2ForCausalLM(Qwen2Config(**SHAPE))
     elif family == "qwen3":
-        model = Qwen3ForCausalLM(Qwen3Config(**_SHAPE, head_dim=16))
+        model = Qwen3ForCausalLM(Qwen3Config(**SHAPE, head_dim=16))
     elif family in ("wedlm", "wedlm-qwen2"):
-        qk_norm = family == "wedlm"
-        config = WeDLMConfig(**_SHAPE, head_dim=16, qk_norm=qk_norm, attention_bias=not qk_norm, mask_token_id=MASK_ID)
+        config = WeDLMConfig(**SHAPE, head_dim=16, attention_bias=family == "wedlm-qwen2", mask_token_id=MASK_ID)
         model = WeDLMForCausalLM(config)
     else:
         raise ValueError(family)
