@@ -6,12 +6,15 @@ from collections.abc import Callable
 
 import torch
 from transformers import GenerationConfig, GenerationMixin, PreTrainedModel, StoppingCriteriaList, StopStringCriteria
+from transformers.utils import logging
 
 from .decoding import wedlm_decode
 from .support import check_supported
 
 WEDLM = "wedlm"
 AUTOREGRESSIVE = ("ar", "autoregressive")
+
+logger = logging.get_logger(__name__)
 
 
 class WeDLMGenerationMixin(GenerationMixin):
@@ -64,15 +67,40 @@ _ENABLED_CLASSES: dict[type, type] = {}
 
 
 def enable(model: PreTrainedModel) -> PreTrainedModel:
-    """Give a loaded Llama, Mistral, Qwen2 or Qwen3 model `generate(decoding="wedlm")`, in place, and return it.
+    """Give a loaded model of a family WeDLM supports `generate(decoding="wedlm")`, in place, and return it.
 
-    The object and its weights stay the same; only its class gains `WeDLMGenerationMixin`.
+    The object and its weights stay the same; only its class gains `WeDLMGenerationMixin`. The enabled class keeps
+    the original's name, so `pipeline(...)` accepts it and `save_pretrained` writes the original architecture.
+
+    A model not trained for WeDLM (any plain Llama/Qwen/... checkpoint) predicts wrong tokens at mask slots, so
+    plain `decoding="wedlm"` garbles its output; with `wedlm_lossless=True` its output is exactly its greedy
+    output (and no faster). `enable` logs this once unless the model is WeDLM-trained (`model_type: "wedlm"`, or a
+    generation config with `decoding: "wedlm"`).
     """
     check_supported(model)
     cls = type(model)
+    if not is_wedlm_trained(model):
+        _recommend_lossless(cls.__name__)
     if issubclass(cls, WeDLMGenerationMixin):
         return model
     if cls not in _ENABLED_CLASSES:
-        _ENABLED_CLASSES[cls] = type(f"WeDLM{cls.__name__}", (WeDLMGenerationMixin, cls), {"__module__": cls.__module__})
+        names = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
+        _ENABLED_CLASSES[cls] = type(cls.__name__, (WeDLMGenerationMixin, cls), names)
     model.__class__ = _ENABLED_CLASSES[cls]
     return model
+
+
+def is_wedlm_trained(model: PreTrainedModel) -> bool:
+    """Whether the checkpoint says it was trained for WeDLM decoding: its model type or its decoding default."""
+    generation_config = getattr(model, "generation_config", None)
+    return model.config.model_type == WEDLM or getattr(generation_config, "decoding", None) == WEDLM
+
+
+@functools.cache
+def _recommend_lossless(class_name: str) -> None:
+    logger.warning(
+        f"wedlm_hf.enable: this {class_name} was not trained for WeDLM decoding (its config is not model_type "
+        "'wedlm' and its generation config does not default to decoding='wedlm'), so plain `decoding=\"wedlm\"` "
+        "drafts wrong tokens and garbles its output. Pass `wedlm_lossless=True` too: the output is then exactly "
+        "its greedy output (no speed-up on a model not trained for WeDLM)."
+    )

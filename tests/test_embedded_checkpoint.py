@@ -29,7 +29,7 @@ def test_loads_offline_as_wedlm_with_wedlm_decoding_by_default(model, tokenizer)
     assert model.config.mask_token_id == tokenizer.convert_tokens_to_ids("<|mask|>")
     inputs = tokenizer(COUNTING, return_tensors="pt")
     output = model.generate(**inputs, max_new_tokens=32, return_dict_in_generate=True)
-    assert output.wedlm_stats.total_tokens_per_forward > 1  # generation_config.json selects WeDLM
+    assert output.wedlm_stats.tokens_per_batched_forward > 1  # generation_config.json selects WeDLM
 
 
 @pytest.mark.parametrize("window_size", [4, 16])

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         summary = stats.summary()
         print(
             f"[wedlm] tokens={summary['generated']} forwards={summary['forwards']} "
-            f"tokens/forward={summary['tokens_per_forward']:.2f} p_cache={summary['p_cache']:.3f} "
+            f"tokens/forward={summary['tokens_per_forward_row_mean']:.2f} p_cache={summary['p_cache']:.3f} "
             f"tokens/s={summary['generated'] / seconds:.1f}"
         )
     return 0
