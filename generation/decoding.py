@@ -324,19 +324,56 @@ def _prompt_mask(input_ids: torch.LongTensor, model_kwargs: dict) -> torch.Tenso
     return attention_mask
 
 
+class UnsupportedRequest(ValueError):
+    """A `generate` option that WeDLM decoding cannot honour (transformers' usual decoding may)."""
+
+
+def reject_unsupported(generation_config: GenerationConfig, options: dict | None = None) -> None:
+    """Refuse the generation options that WeDLM decoding would otherwise ignore; `options` (the call's keywords)
+    override the generation config's attributes."""
+
+    def given(name: str):
+        return (options or {}).get(name, getattr(generation_config, name, None))
+
+    num_beams = given("num_beams")
+    if num_beams is not None and num_beams > 1:
+        raise UnsupportedRequest(f"WeDLM decoding is not beam search: got num_beams={num_beams}; use num_beams=1.")
+    if given("prompt_lookup_num_tokens") is not None:
+        raise UnsupportedRequest(
+            "`prompt_lookup_num_tokens` selects prompt-lookup decoding, which WeDLM decoding does not combine with "
+            "(its window already drafts several tokens per forward); drop it."
+        )
+    for name in ("output_hidden_states", "output_attentions"):
+        if given(name):
+            raise UnsupportedRequest(
+                f"`{name}=True`: WeDLM forwards see reordered windows of slots, not one new position per step, so "
+                f"there are no per-token {name[7:]} to return; run `model(output.sequences, {name}=True)` on the "
+                "generated sequences instead."
+            )
+    if given("cache_implementation") is not None:
+        raise UnsupportedRequest(
+            f"`cache_implementation={given('cache_implementation')!r}`: WeDLM decoding builds its own cache "
+            "(`WeDLMCache`, which crops what a window forward wrote); drop `cache_implementation`."
+        )
+    if given("use_cache") is False:
+        raise UnsupportedRequest(
+            "`use_cache=False`: WeDLM decoding needs the KV cache (committed tokens are never recomputed); drop "
+            "`use_cache=False` (the cache-free reference is `wedlm_hf.generation.reference.reference_decode`)."
+        )
+
+
 def _validate_request(model: PreTrainedModel, generation_config: GenerationConfig, model_kwargs, synced_gpus) -> None:
     check_supported(model)
-    if generation_config.num_beams is not None and generation_config.num_beams > 1:
-        raise ValueError(
-            f"WeDLM decoding is not beam search: got num_beams={generation_config.num_beams}; use num_beams=1."
-        )
+    reject_unsupported(generation_config)
     if model_kwargs.get("inputs_embeds") is not None:
-        raise ValueError("WeDLM decoding needs `input_ids` (mask slots are token ids); `inputs_embeds` is not supported.")
+        raise UnsupportedRequest(
+            "WeDLM decoding needs `input_ids` (mask slots are token ids); `inputs_embeds` is not supported."
+        )
     if synced_gpus:
-        raise ValueError("WeDLM decoding does not support `synced_gpus=True`.")
+        raise UnsupportedRequest("WeDLM decoding does not support `synced_gpus=True`.")
     cache = model_kwargs.get("cache")
     if cache is not None and cache.get_seq_length() > 0:
-        raise ValueError(
+        raise UnsupportedRequest(
             "WeDLM decoding builds its own cache; a filled `cache` / `past_key_values` from an earlier call cannot be "
             "continued. Pass the full sequence as `input_ids` instead."
         )

@@ -8,7 +8,7 @@ import torch
 from transformers import GenerationConfig, GenerationMixin, PreTrainedModel, StoppingCriteriaList, StopStringCriteria
 from transformers.utils import logging
 
-from .decoding import wedlm_decode
+from .decoding import UnsupportedRequest, reject_unsupported, wedlm_decode
 from .support import check_supported
 
 WEDLM = "wedlm"
@@ -20,23 +20,43 @@ logger = logging.get_logger(__name__)
 class WeDLMGenerationMixin(GenerationMixin):
     """Routes `decoding="wedlm"` to WeDLM decoding; every other call is transformers' own `generate`.
 
-    `decoding` is read from the call, else from the generation config (a checkpoint may default to WeDLM);
-    `decoding="ar"` forces transformers' usual decoding on such a checkpoint.
+    `decoding` (case-insensitive) is read from the call, else from the generation config (a checkpoint may default
+    to WeDLM); `decoding="ar"` forces transformers' usual decoding on such a checkpoint.
     """
 
     def generate(self, *args, decoding: str | None = None, **kwargs) -> torch.LongTensor:
         generation_config = kwargs.get("generation_config") or self.generation_config
-        decoding = decoding if decoding is not None else getattr(generation_config, "decoding", None)
+        from_call = decoding is not None
+        decoding = _decoding_mode(decoding if from_call else getattr(generation_config, "decoding", None))
         if decoding is None or decoding in AUTOREGRESSIVE:
             return super().generate(*args, **kwargs)
-        if decoding != WEDLM:
-            raise ValueError(f"`decoding` must be 'wedlm' or 'ar', got {decoding!r}.")
-        if kwargs.get("custom_generate") is not None:
-            raise ValueError("`decoding='wedlm'` already selects the decoding loop; do not pass `custom_generate` too.")
-        if kwargs.get("assistant_model") is not None:
-            raise ValueError("`decoding='wedlm'` cannot be combined with `assistant_model` (assisted decoding).")
-        decode, kwargs = bind_generate_kwargs(self.generation_config, kwargs)
-        return super().generate(*args, custom_generate=decode, **kwargs)
+        try:
+            reject_unsupported(generation_config, kwargs)
+            if kwargs.get("custom_generate") is not None:
+                raise UnsupportedRequest(
+                    "`decoding='wedlm'` already selects the decoding loop; do not pass `custom_generate` too."
+                )
+            if kwargs.get("assistant_model") is not None:
+                raise UnsupportedRequest(
+                    "`decoding='wedlm'` cannot be combined with `assistant_model` (assisted decoding)."
+                )
+            decode, kwargs = bind_generate_kwargs(self.generation_config, kwargs)
+            return super().generate(*args, custom_generate=decode, **kwargs)
+        except UnsupportedRequest as error:
+            if from_call:
+                raise
+            raise UnsupportedRequest(
+                f"{error} (WeDLM decoding comes from this model's generation config: pass decoding='ar' for "
+                "transformers' usual decoding)"
+            ) from None
+
+
+def _decoding_mode(decoding) -> str | None:
+    if decoding is None:
+        return None
+    if isinstance(decoding, str) and decoding.lower() in (WEDLM, *AUTOREGRESSIVE):
+        return decoding.lower()
+    raise ValueError(f"`decoding` must be 'wedlm' or 'ar', got {decoding!r}.")
 
 
 def bind_generate_kwargs(model_generation_config: GenerationConfig, kwargs: dict) -> tuple[Callable, dict]:

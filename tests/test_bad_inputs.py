@@ -1,5 +1,7 @@
 """Every row of the README's bad-input table: a clear error or the documented behaviour, never a shape error."""
 
+import copy
+
 import pytest
 import torch
 from tiny_models import EOS_ID, MASK_ID, PAD_ID, random_prompts, tiny_model
@@ -125,3 +127,44 @@ def test_custom_generate_together_with_decoding(model):
     input_ids, attention_mask = random_prompts([4])
     with pytest.raises(ValueError, match="custom_generate"):
         generate(model, input_ids, attention_mask, custom_generate=wedlm_hf.wedlm_decode)
+
+
+UNHONOURED = [
+    ({"prompt_lookup_num_tokens": 3}, "prompt_lookup_num_tokens"),
+    ({"output_hidden_states": True}, "output_hidden_states"),
+    ({"output_attentions": True}, "output_attentions"),
+    ({"cache_implementation": "static"}, "cache_implementation"),
+    ({"cache_implementation": "paged"}, "cache_implementation"),  # transformers would switch to continuous batching
+    ({"use_cache": False}, "use_cache=False"),
+]
+
+
+@pytest.mark.parametrize("kwargs,name", UNHONOURED, ids=lambda v: str(v))
+def test_options_wedlm_cannot_honour_are_refused(model, kwargs, name):
+    input_ids, attention_mask = random_prompts([4])
+    with pytest.raises(ValueError, match=name):
+        generate(model, input_ids, attention_mask, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs,name", UNHONOURED[:4] + UNHONOURED[5:], ids=lambda v: str(v))
+def test_options_wedlm_cannot_honour_are_refused_by_the_callable(kwargs, name):
+    """The `custom_generate=wedlm_decode` route (no `enable`) refuses them too, from the merged generation config."""
+    model = tiny_model("llama", peak=40)
+    input_ids, attention_mask = random_prompts([4])
+    with pytest.raises(ValueError, match=name):
+        model.generate(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            custom_generate=wedlm_hf.wedlm_decode,
+            mask_token_id=MASK_ID,
+            max_new_tokens=4,
+            **kwargs,
+        )
+
+
+def test_options_wedlm_cannot_honour_in_a_generation_config(model):
+    input_ids, attention_mask = random_prompts([4])
+    config = copy.deepcopy(model.generation_config)
+    config.output_hidden_states = True
+    with pytest.raises(ValueError, match="output_hidden_states"):
+        generate(model, input_ids, attention_mask, generation_config=config)

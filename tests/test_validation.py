@@ -82,3 +82,61 @@ def test_lossless_drafts_every_mask_unless_a_threshold_is_passed():
     assert resolve() == 1.0
     assert resolve(lossless=True) == float("inf")
     assert resolve(lossless=True, entropy_threshold=0.5) == 0.5
+
+
+@pytest.fixture(scope="module")
+def wedlm_by_default():
+    """A model whose generation config selects WeDLM, as the embedded checkpoint's does."""
+    model = tiny_model("wedlm", peak=40)
+    model.generation_config.decoding = "wedlm"
+    model.generation_config.mask_token_id = MASK_ID
+    return model
+
+
+@pytest.mark.parametrize(
+    "kwargs,name",
+    [
+        ({"num_beams": 2}, "num_beams"),
+        ({"assistant_model": "draft"}, "assistant_model"),
+        ({"prompt_lookup_num_tokens": 3}, "prompt_lookup_num_tokens"),
+        ({"use_cache": False}, "use_cache"),
+    ],
+)
+def test_config_selected_wedlm_errors_point_at_decoding_ar(wedlm_by_default, kwargs, name):
+    input_ids, attention_mask = random_prompts([4])
+    if kwargs.get("assistant_model") == "draft":
+        kwargs = {"assistant_model": tiny_model("wedlm", seed=1)}
+    with pytest.raises(ValueError, match=name) as from_config:
+        wedlm_by_default.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=4, **kwargs)
+    assert "decoding='ar'" in str(from_config.value)
+    with pytest.raises(ValueError, match=name) as from_call:  # asked for WeDLM explicitly: no hint to switch
+        wedlm_by_default.generate(
+            input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=4, decoding="wedlm", **kwargs
+        )
+    assert "decoding='ar'" not in str(from_call.value)
+
+
+def test_decoding_ar_on_a_wedlm_by_default_model_takes_beam_search(wedlm_by_default):
+    input_ids, attention_mask = random_prompts([4])
+    out = wedlm_by_default.generate(
+        input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=4, decoding="ar", num_beams=2
+    )
+    assert out.shape == (1, 8)
+
+
+def test_decoding_is_case_insensitive(model):
+    input_ids, attention_mask = random_prompts([4, 2])
+    options = dict(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=8)
+    wedlm = model.generate(decoding="wedlm", **options, mask_token_id=MASK_ID, return_dict_in_generate=True)
+    upper = model.generate(decoding="WeDLM", **options, mask_token_id=MASK_ID, return_dict_in_generate=True)
+    assert torch.equal(wedlm.sequences, upper.sequences) and upper.wedlm_stats is not None
+    assert torch.equal(model.generate(decoding="AR", **options), model.generate(decoding="ar", **options))
+
+
+def test_plain_model_given_decoding_points_at_enable():
+    model = tiny_model("llama")  # loaded, never enabled
+    input_ids, attention_mask = random_prompts([4])
+    with pytest.raises(ValueError, match=r"wedlm_hf\.enable\(model\)"):
+        model.generate(input_ids=input_ids, attention_mask=attention_mask, decoding="wedlm", max_new_tokens=4)
+    with pytest.raises(ValueError, match="not used by the model"):  # other unknown keywords keep transformers' error
+        model.generate(input_ids=input_ids, attention_mask=attention_mask, decodingx="wedlm", max_new_tokens=4)

@@ -1,63 +1,200 @@
 """Generate a continuation with WeDLM decoding (default: the embedded checkpoint) and print its statistics."""
 
 import argparse
+import json
+import re
+import sys
 import time
+from pathlib import Path
 
 import torch
 
+import wedlm_hf
+from wedlm_hf.generation.settings import (
+    DEFAULT_ENTROPY_THRESHOLD,
+    DEFAULT_POS_PENALTY_FACTOR,
+    DEFAULT_WINDOW_SIZE,
+)
+
+WEDLM_OPTIONS = {  # command-line option: generate keyword
+    "window_size": "wedlm_window_size",
+    "threshold": "wedlm_entropy_threshold",
+    "penalty": "wedlm_pos_penalty_factor",
+    "mask_token_id": "mask_token_id",
+}
+ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
+
+
+def _checkpoint_default(name: str):
+    config = json.loads((Path(wedlm_hf.DEFAULT_MODEL) / "generation_config.json").read_text())
+    return config.get(name)
+
+
+def _default_help(name: str, library_default) -> str:
+    return (
+        f"default: the model's generation config (embedded checkpoint: {_checkpoint_default(name)}), "
+        f"else the library default {library_default}"
+    )
+
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("prompt", help="text to continue")
-    parser.add_argument("--model", default=None, help="local path or Hub id (default: the embedded checkpoint)")
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--ar", action="store_true", help="plain greedy autoregressive decoding instead of WeDLM")
-    parser.add_argument("--window-size", type=int, default=None)
-    parser.add_argument("--threshold", type=float, default=None, help="entropy threshold")
-    parser.add_argument("--penalty", type=float, default=None, help="position penalty factor")
-    parser.add_argument("--mask-token-id", type=int, default=None, help="for models whose config names none")
+    parser.add_argument(
+        "prompt", nargs="?", help=r"text to continue ('\n' and '\t' are read as escapes); '-' reads standard input"
+    )
+    parser.add_argument("--prompt-file", type=Path, help="read the prompt from this file instead (as is)")
+    parser.add_argument("--model", help="local path or Hub id (default: the embedded checkpoint)")
+    parser.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate at most")
+    parser.add_argument("--chat", action="store_true", help="wrap the prompt as a user message with the chat template")
+    parser.add_argument("--stream", action="store_true", help="print tokens as they are committed")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--ar", action="store_true", help="transformers' usual autoregressive decoding instead of WeDLM")
+    mode.add_argument(
+        "--lossless", action="store_true", help="WeDLM verified against the model's own greedy output (identical to it)"
+    )
+    wedlm = parser.add_argument_group("WeDLM parameters")
+    wedlm.add_argument(
+        "--window-size", type=int, help="slots decoded in parallel (W); " + _default_help("wedlm_window_size", DEFAULT_WINDOW_SIZE)
+    )
+    wedlm.add_argument(
+        "--threshold",
+        type=_threshold,
+        help="entropy threshold, 'none' = one slot per step; "
+        + _default_help("wedlm_entropy_threshold", DEFAULT_ENTROPY_THRESHOLD),
+    )
+    wedlm.add_argument(
+        "--penalty",
+        type=float,
+        help="entropy penalty per slot of distance; " + _default_help("wedlm_pos_penalty_factor", DEFAULT_POS_PENALTY_FACTOR),
+    )
+    wedlm.add_argument("--mask-token-id", type=int, help="for models whose config names none")
+    sampling = parser.add_argument_group("sampling (default: greedy)")
+    sampling.add_argument("--do-sample", action="store_true", help="sample each token instead of taking the argmax")
+    sampling.add_argument("--temperature", type=float, help="with --do-sample (default: the model's generation config)")
+    sampling.add_argument("--top-p", type=float, help="with --do-sample (default: the model's generation config)")
+    sampling.add_argument("--seed", type=int, help="seed torch's generator, for a reproducible sample")
+    placement = parser.add_argument_group("placement")
+    placement.add_argument(
+        "--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"], help="'auto': the checkpoint's"
+    )
+    placement.add_argument("--device", default="auto", help="'auto': cuda if available, else cpu; or e.g. cpu, cuda:1")
     parser.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def _threshold(text: str) -> float | str:
+    return "none" if text.strip().lower() == "none" else float(text)
+
+
+def read_prompt(args: argparse.Namespace) -> str:
+    """The prompt from the command line (with escapes), standard input (`-`) or `--prompt-file`; never empty."""
+    if args.prompt_file is not None:
+        if args.prompt is not None:
+            raise ValueError("give the prompt either as an argument or with --prompt-file, not both")
+        prompt = args.prompt_file.read_text()
+    elif args.prompt == "-":
+        prompt = sys.stdin.read()
+    elif args.prompt is None:
+        raise ValueError("no prompt: give it as an argument, '-' to read standard input, or --prompt-file FILE")
+    else:
+        prompt = re.sub(r"\\([nt\\])", lambda match: ESCAPES[match.group(1)], args.prompt)
+    if not prompt:
+        raise ValueError("the prompt is empty: decoding needs at least one prompt token")
+    return prompt
+
+
+def generation_options(args: argparse.Namespace) -> dict:
+    """`generate` keywords for the chosen mode; an option the mode would ignore is an error, not a no-op."""
+    options = {"max_new_tokens": args.max_new_tokens, "do_sample": args.do_sample}
+    wedlm = {WEDLM_OPTIONS[name]: getattr(args, name) for name in WEDLM_OPTIONS if getattr(args, name) is not None}
+    if "wedlm_entropy_threshold" in wedlm and wedlm["wedlm_entropy_threshold"] == "none":
+        wedlm["wedlm_entropy_threshold"] = None
+    if args.ar:
+        if wedlm:
+            given = ", ".join("--" + name.replace("_", "-") for name in WEDLM_OPTIONS if getattr(args, name) is not None)
+            raise ValueError(f"{given} set WeDLM decoding, which --ar turns off: drop one or the other")
+        options["decoding"] = "ar"
+    else:
+        options.update(decoding="wedlm", wedlm_lossless=args.lossless, **wedlm)
+    for name in ("temperature", "top_p"):
+        if getattr(args, name) is not None:
+            if not args.do_sample:
+                raise ValueError(f"--{name.replace('_', '-')} applies only to sampling: add --do-sample")
+            options[name] = getattr(args, name)
+    return options
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(name)
+    except RuntimeError as error:
+        raise ValueError(f"--device: {error}") from error
+
+
+def load(args: argparse.Namespace):
+    """The tokenizer and the WeDLM-enabled model, in eval mode on the chosen device and dtype."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging
 
-    import wedlm_hf
-
     logging.disable_progress_bar()  # keep stdout to the continuation and the stats line
-
     path = args.model or wedlm_hf.DEFAULT_MODEL
+    if path.startswith(("/", ".", "~")) and not Path(path).expanduser().is_dir():
+        raise FileNotFoundError(f"--model {path}: no such folder (a Hub id looks like 'user/name')")
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = wedlm_hf.enable(AutoModelForCausalLM.from_pretrained(path).eval())
-    inputs = tokenizer(args.prompt, return_tensors="pt")
-    options = {"max_new_tokens": args.max_new_tokens, "do_sample": False, "return_dict_in_generate": True}
-    if args.ar:
-        options["decoding"] = "ar"
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=args.dtype)
+    return tokenizer, wedlm_hf.enable(model.to(resolve_device(args.device)).eval())
+
+
+def encode(tokenizer, model, prompt: str, chat: bool, max_new_tokens: int) -> dict:
+    """Tokenised prompt on the model's device, checked: at least one token, and room for `max_new_tokens`."""
+    if chat:
+        if tokenizer.chat_template is None:
+            raise ValueError("--chat: this tokenizer has no chat template; drop --chat")
+        inputs = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
     else:
-        options["decoding"] = "wedlm"
-        for key, value in (
-            ("wedlm_window_size", args.window_size),
-            ("wedlm_entropy_threshold", args.threshold),
-            ("wedlm_pos_penalty_factor", args.penalty),
-            ("mask_token_id", args.mask_token_id),
-        ):
-            if value is not None:
-                options[key] = value
+        inputs = tokenizer(prompt, return_tensors="pt")
+    length = inputs["input_ids"].shape[1]
+    if length == 0:
+        raise ValueError("the prompt encodes to no tokens: decoding needs at least one prompt token")
+    limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+    if limit is not None and length + max_new_tokens > limit:
+        raise ValueError(
+            f"the prompt ({length} tokens) plus --max-new-tokens {max_new_tokens} exceeds the model's {limit} "
+            "positions: shorten the prompt or lower --max-new-tokens"
+        )
+    return {name: tensor.to(model.device) for name, tensor in inputs.items()}
+
+
+def stats_line(output, count: int, seconds: float) -> str:
+    stats = getattr(output, "wedlm_stats", None)
+    if stats is None:
+        return f"[ar] tokens={count} forwards={count} tokens/forward=1.00 tokens/s={count / seconds:.1f}"
+    summary = stats.summary()
+    return (
+        f"[wedlm] tokens={summary['generated']} forwards={summary['forwards']} "
+        f"tokens/forward={summary['tokens_per_forward_row_mean']:.2f} p_cache={summary['p_cache']:.3f} "
+        f"tokens/s={summary['generated'] / seconds:.1f}"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from transformers import TextStreamer, set_seed
+
+    prompt = read_prompt(args)
+    options = generation_options(args)
+    tokenizer, model = load(args)
+    inputs = encode(tokenizer, model, prompt, args.chat, args.max_new_tokens)
+    if args.seed is not None:
+        set_seed(args.seed)
+    streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True) if args.stream else None
     start = time.perf_counter()
     with torch.inference_mode():
-        output = model.generate(**inputs, **options)
+        output = model.generate(**inputs, **options, streamer=streamer, return_dict_in_generate=True)
     seconds = time.perf_counter() - start
     new_tokens = output.sequences[0, inputs["input_ids"].shape[1] :]
-    print(tokenizer.decode(new_tokens, skip_special_tokens=True))
-    stats = getattr(output, "wedlm_stats", None)
-    count = len(new_tokens)
-    if stats is None:
-        print(f"[ar] tokens={count} forwards={count} tokens/forward=1.00 tokens/s={count / seconds:.1f}")
-    else:
-        summary = stats.summary()
-        print(
-            f"[wedlm] tokens={summary['generated']} forwards={summary['forwards']} "
-            f"tokens/forward={summary['tokens_per_forward_row_mean']:.2f} p_cache={summary['p_cache']:.3f} "
-            f"tokens/s={summary['generated'] / seconds:.1f}"
-        )
+    if streamer is None:
+        print(tokenizer.decode(new_tokens, skip_special_tokens=True))
+    print(stats_line(output, len(new_tokens), seconds))
     return 0

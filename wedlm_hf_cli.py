@@ -1,0 +1,126 @@
+"""`wedlm-hf` command line: dispatch to one subcommand module, imported only when it is chosen.
+
+This module sits outside the `wedlm_hf` package on purpose: importing the package registers the WeDLM classes with
+transformers, which imports torch (seconds), and `wedlm-hf --help` or `--version` need none of that.
+"""
+
+import argparse
+import importlib
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
+SUBCOMMANDS = {  # name: (module, one-line help, the extra that installs its optional dependencies)
+    "generate": ("wedlm_hf.commands.generate", "generate a continuation with WeDLM decoding and print its stats", None),
+    "serve": ("wedlm_hf.commands.serve", "serve a model with `transformers serve` (OpenAI API), WeDLM decoding", "serve"),
+    "bench": ("wedlm_hf.bench.command", "benchmark WeDLM against AR, prompt lookup and the baselines", "bench"),
+    "demo": ("wedlm_hf.demo.command", "browser demo: WeDLM and AR side by side, with the step view", "demo"),
+    "train": ("wedlm_hf.training.command", "train the embedded WeDLM checkpoint from scratch on CPU", "train"),
+    "export": ("wedlm_hf.hub.export_command", "export a Hub-ready WeDLM folder or a custom_generate recipe", None),
+    "push": ("wedlm_hf.hub.push_command", "upload a folder written by `wedlm-hf export` to the Hub", None),
+}
+
+
+class UserError(Exception):
+    """A problem the user can fix; printed as one line, without a traceback."""
+
+
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows an option's default, unless there is none to show (flags, and options whose help says where it comes
+    from)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default in (None, False) or "default:" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _version() -> str:
+    try:
+        return version("wedlm-hf")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        return "unknown"
+
+
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    """The top-level parser; only the subcommand named in `argv` has its module imported and its options added."""
+    debug = argparse.ArgumentParser(add_help=False)
+    debug.add_argument(
+        "--debug", action="store_true", default=argparse.SUPPRESS, help="show the full traceback of an error"
+    )
+    parser = argparse.ArgumentParser(
+        prog="wedlm-hf", description="WeDLM parallel decoding for Hugging Face transformers.", parents=[debug]
+    )
+    parser.add_argument("--version", action="version", version=f"wedlm-hf {_version()}")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    chosen = next((word for word in argv if word in SUBCOMMANDS), None)
+    for name, (module_name, help_text, extra) in SUBCOMMANDS.items():
+        subparser = subparsers.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            parents=[debug],
+            formatter_class=DefaultsHelpFormatter,
+        )
+        if name == chosen:
+            _import_command(name, module_name, extra).register(subparser)
+    return parser
+
+
+def _import_command(name: str, module_name: str, extra: str | None):
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if not error.name or error.name.split(".")[0] in ("wedlm_hf", "transformers", "torch"):
+            raise
+        install = f"pip install 'wedlm-hf[{extra}]'" if extra else f"pip install {error.name.split('.')[0]}"
+        raise UserError(f"`wedlm-hf {name}` needs the package {error.name!r}: {install}") from error
+
+
+USER_ERRORS = (UserError, ValueError, OSError)
+"""Bad values, missing files, unreachable hosts: the message says what to fix, a traceback would only hide it."""
+
+
+def describe(error: BaseException) -> str:
+    """One line for an error: its message with line breaks folded, a hint where the cause is the network, and
+    the way to the traceback where the error is not a user error."""
+    message = " ".join(str(error).split()) or type(error).__name__
+    network = any(
+        isinstance(e, (ConnectionError, TimeoutError)) or type(e).__module__.split(".")[0] in ("httpx", "httpcore")
+        for e in _chain(error)
+    )
+    if network:
+        return f"cannot reach the Hugging Face Hub ({message}); check the network connection and HF_TOKEN"
+    if isinstance(error, USER_ERRORS):
+        return message
+    return f"{type(error).__name__}: {message} (run with --debug for the traceback)"
+
+
+def _chain(error: BaseException):
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run `wedlm-hf`; a failure prints one line to stderr and returns 1 (`--debug` raises it instead)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in argv
+    try:
+        args = build_parser(argv).parse_args(argv)
+        return int(args.run(args) or 0)
+    except KeyboardInterrupt:
+        print("wedlm-hf: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:
+        if debug:
+            raise
+        command = next((word for word in argv if word in SUBCOMMANDS), None)
+        prefix = f"wedlm-hf {command}" if command else "wedlm-hf"
+        print(f"{prefix}: error: {describe(error)}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
