@@ -2,6 +2,8 @@
 
 import torch
 from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
     GenerationConfig,
     LlamaConfig,
     LlamaForCausalLM,
@@ -55,9 +57,21 @@ def tiny_model(family: str, seed: int = 0, peak: float = 12.0, attn: str = "sdpa
         model = WeDLMForCausalLM(config)
     else:
         raise ValueError(family)
+    return _sharpened(model, peak, attn)
+
+
+def tiny_family_model(model_type: str, seed: int = 0, peak: float = 40.0, **config_overrides):
+    """A random model of any transformers `model_type` at the tiny shape (untied head), sharpened like `tiny_model`."""
+    config = AutoConfig.for_model(model_type, **{**SHAPE, "tie_word_embeddings": False, **config_overrides})
+    torch.manual_seed(seed)
+    return _sharpened(AutoModelForCausalLM.from_config(config), peak, "sdpa")
+
+
+def _sharpened(model, peak: float, attn: str):
     with torch.no_grad():
-        model.lm_head.weight.mul_(peak)
-        model.lm_head.weight[MASK_ID] = 0  # like a trained WeDLM model: the mask is never a next-token prediction
+        head = model.get_output_embeddings().weight
+        head.mul_(peak)
+        head[MASK_ID] = 0  # like a trained WeDLM model: the mask is never a next-token prediction
     model.generation_config = GenerationConfig(eos_token_id=EOS_ID, pad_token_id=PAD_ID, do_sample=False)
     model.config._attn_implementation = attn
     return model.eval()

@@ -141,7 +141,8 @@ def export_custom_generate(target: str | Path) -> Path:
     data = ModelCardData(library_name="transformers", tags=["custom_generate", "wedlm"])
     ModelCard(
         f"---\n{data.to_yaml()}\n---\n\n# WeDLM decoding (`custom_generate`)\n\n"
-        "WeDLM streaming parallel decoding for Llama, Mistral, Qwen2 and Qwen3 causal LMs trained for it.\n\n"
+        "WeDLM streaming parallel decoding for decoder-only causal LMs with RoPE and full attention in every "
+        "layer (Llama, Mistral, Qwen, Gemma, Phi-3, ...) trained for it.\n\n"
         "```python\n"
         'output = model.generate(**inputs, custom_generate="<this repo>", trust_remote_code=True, max_new_tokens=64)\n'
         "```\n\nThe mask token comes from `model.generation_config.mask_token_id` or `model.config.mask_token_id`. "
