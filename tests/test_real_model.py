@@ -99,10 +99,8 @@ def divergences(model, inputs: dict, greedy: torch.Tensor, other: torch.Tensor) 
         if len(differ) == 0:
             continue
         column = differ[0, 0].item()
-        prefix = greedy[row : row + 1, :column]
-        mask = torch.cat([inputs["attention_mask"][row : row + 1], torch.ones_like(prefix[:, prompt_length:])], 1)
         with torch.no_grad():
-            top = model(prefix, attention_mask=mask).logits[0, -1].float().topk(2)
+            top = model(unpadded_prefix(inputs, greedy, row, column)).logits[0, -1].float().topk(2)
         found.append(Divergence(
             row, column - prompt_length, greedy[row, column].item(), other[row, column].item(),
             tuple(top.values.tolist()), top.indices[1].item(),
@@ -110,17 +108,21 @@ def divergences(model, inputs: dict, greedy: torch.Tensor, other: torch.Tensor) 
     return found
 
 
+def unpadded_prefix(inputs: dict, sequences: torch.Tensor, row: int, column: int) -> torch.Tensor:
+    """Row `row` of `sequences` up to `column`, its left padding cut off (a forward without a mask sees it alone)."""
+    padding = inputs["attention_mask"].shape[1] - int(inputs["attention_mask"][row].sum())
+    return sequences[row : row + 1, padding:column]
+
+
 def bf16_tie_explains(model, inputs: dict, greedy: torch.Tensor, divergence: Divergence) -> bool:
     """Whether appending mask slots after the prefix, which cannot change causal logits in exact arithmetic,
     makes bf16 rank the lossless token at least level with greedy's: a near-tie broken by rounding, not a bug."""
-    prompt_length = inputs["input_ids"].shape[1]
-    prefix = greedy[divergence.row : divergence.row + 1, : prompt_length + divergence.step]
-    masks = torch.full((1, DEFAULT_WINDOW), MASK_ID)
-    mask = torch.cat([inputs["attention_mask"][divergence.row : divergence.row + 1], torch.ones_like(masks)], 1)
-    mask = torch.cat([mask, torch.ones_like(prefix[:, prompt_length:])], 1)
+    column = inputs["input_ids"].shape[1] + divergence.step
+    prefix = unpadded_prefix(inputs, greedy, divergence.row, column)
     with torch.no_grad():
-        logits = model(torch.cat([prefix, masks], 1), attention_mask=mask).logits[0, prefix.shape[1] - 1]
-    return divergence.other_token == divergence.runner_up and logits[divergence.other_token] >= logits[divergence.greedy_token]
+        logits = model(F.pad(prefix, (0, DEFAULT_WINDOW), value=MASK_ID)).logits[0, prefix.shape[1] - 1]
+    tied = logits[divergence.other_token] >= logits[divergence.greedy_token]
+    return divergence.other_token == divergence.runner_up and bool(tied)
 
 
 def lossless_divergences(model, tokenizer, prompts: list[str], exact: bool) -> list[Divergence]:
