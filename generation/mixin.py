@@ -99,7 +99,7 @@ def is_wedlm_trained(model: PreTrainedModel) -> bool:
 @functools.cache
 def _recommend_lossless(class_name: str) -> None:
     logger.warning(
-        f"wedlm_hf.enable: this {class_name} was not trained for WeDLM decoding (its config is not model_type "
+        f"enable(): this {class_name} was not trained for WeDLM decoding (its config is not model_type "
         "'wedlm' and its generation config does not default to decoding='wedlm'), so plain `decoding=\"wedlm\"` "
         "drafts wrong tokens and garbles its output. Pass `wedlm_lossless=True` too: the output is then exactly "
         "its greedy output (no speed-up on a model not trained for WeDLM)."
