@@ -264,7 +264,7 @@ def test_output_scores_and_logits_chose_each_emitted_token(mode, smollm2):
     model, tokenizer = smollm2
     inputs = encode(tokenizer, batch_of_three(tokenizer))
     out = model.generate(
-        **inputs, do_sample=False, max_new_tokens=12, decoding="wedlm", mask_token_id=MASK_ID, **MODES[mode],
+        **inputs, do_sample=False, max_new_tokens=NEW, decoding="wedlm", mask_token_id=MASK_ID, **MODES[mode],
         return_dict_in_generate=True, output_scores=True, output_logits=True,
     )
     generated = out.sequences[:, inputs["input_ids"].shape[1] :]
