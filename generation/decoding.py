@@ -358,7 +358,7 @@ def reject_unsupported(generation_config: GenerationConfig, options: dict | None
     if given("use_cache") is False:
         raise UnsupportedRequest(
             "`use_cache=False`: WeDLM decoding needs the KV cache (committed tokens are never recomputed); drop "
-            "`use_cache=False` (the cache-free reference is `wedlm_hf.generation.reference.reference_decode`)."
+            "`use_cache=False`."
         )
 
 

@@ -121,7 +121,7 @@ def test_custom_generate_repo_on_untouched_llama(tmp_path):
     assert torch.equal(torch.cat(streamer.puts, dim=1), expected) and streamer.ended
 
 
-def test_push_uploads_the_export(tmp_path, monkeypatch):
+def test_push_uploads_the_export(tmp_path, monkeypatch, capsys):
     calls = {}
     monkeypatch.setattr(wedlm_hf.hub.push, "create_repo", lambda repo_id, **kw: calls.setdefault("create", (repo_id, kw)))
 
@@ -136,5 +136,6 @@ def test_push_uploads_the_export(tmp_path, monkeypatch):
     repo_id, files, _ = calls["upload"]
     assert repo_id == "me/WeDLM-7B"
     assert {"config.json", "generation_config.json", "README.md", "modeling_wedlm.py", "decoding.py"} <= set(files)
-    with pytest.raises(ValueError, match="not an exported folder"):
-        main(["push", str(tmp_path), "--repo-id", "me/empty"])
+    capsys.readouterr()
+    assert main(["push", str(tmp_path), "--repo-id", "me/empty"]) == 1  # a user error: one line, no traceback
+    assert "not an exported folder" in capsys.readouterr().err
