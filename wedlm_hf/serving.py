@@ -6,7 +6,6 @@ itself untouched: the WeDLM classes are made visible under their names, and a `M
 loaded model and makes WeDLM the default of its generation config, which every request's config is copied from.
 """
 
-import transformers
 from transformers import GenerationConfig, PreTrainedModel
 from transformers.cli.serving import model_manager
 
@@ -41,18 +40,20 @@ def install(generation_defaults: dict) -> None:
     unknown = set(generation_defaults) - set(GENERATION_OPTIONS)
     if unknown:
         raise ValueError(f"serve cannot set {sorted(unknown)}; settable: {', '.join(GENERATION_OPTIONS)}")
+    namespace = model_manager.transformers  # where the server looks architectures up by name
     for cls in (wedlm_hf.WeDLMForCausalLM, wedlm_hf.WeDLMModel, wedlm_hf.WeDLMConfig):
-        setattr(transformers, cls.__name__, cls)
+        setattr(namespace, cls.__name__, cls)
     WeDLMModelManager.generation_defaults = dict(generation_defaults)
     model_manager.ModelManager = WeDLMModelManager
 
 
-def serve(model: str, *, host: str, port: int, generation_defaults: dict, **server_options) -> None:
-    """Run `transformers serve` pinned to `model` until interrupted."""
+def serve(model: str, *, host: str, port: int, generation_defaults: dict, **server_options):
+    """Run `transformers serve` pinned to `model`: until interrupted, or in a thread with `non_blocking=True`
+    (then stop it with the returned server's `kill_server()`)."""
     from transformers.cli.serve import Serve
     from transformers.utils.import_utils import is_serve_available
 
     if not is_serve_available():
         raise ImportError("`wedlm-hf serve` needs transformers' serving dependencies: pip install 'wedlm-hf[serve]'")
     install(generation_defaults)
-    Serve(force_model=model, host=host, port=port, **server_options)
+    return Serve(force_model=model, host=host, port=port, **server_options)

@@ -2,12 +2,13 @@
 
 import argparse
 
-from .generate import _default_help, _threshold
 from wedlm_hf.generation.settings import (
     DEFAULT_ENTROPY_THRESHOLD,
     DEFAULT_POS_PENALTY_FACTOR,
     DEFAULT_WINDOW_SIZE,
 )
+
+from .generate import default_help, parse_threshold
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -20,16 +21,16 @@ def register(parser: argparse.ArgumentParser) -> None:
     wedlm = parser.add_argument_group("WeDLM parameters (set on the model's generation config, for every request)")
     wedlm.add_argument("--lossless", action="store_true", help="output identical to greedy AR")
     wedlm.add_argument(
-        "--window-size", type=int, help="slots decoded in parallel; " + _default_help("wedlm_window_size", DEFAULT_WINDOW_SIZE)
+        "--window-size", type=int, help="slots decoded in parallel; " + default_help("wedlm_window_size", DEFAULT_WINDOW_SIZE)
     )
     wedlm.add_argument(
         "--threshold",
-        type=_threshold,
+        type=parse_threshold,
         help="entropy threshold, 'none' = one slot per step; "
-        + _default_help("wedlm_entropy_threshold", DEFAULT_ENTROPY_THRESHOLD),
+        + default_help("wedlm_entropy_threshold", DEFAULT_ENTROPY_THRESHOLD),
     )
     wedlm.add_argument(
-        "--penalty", type=float, help="distance penalty; " + _default_help("wedlm_pos_penalty_factor", DEFAULT_POS_PENALTY_FACTOR)
+        "--penalty", type=float, help="distance penalty; " + default_help("wedlm_pos_penalty_factor", DEFAULT_POS_PENALTY_FACTOR)
     )
     wedlm.add_argument("--mask-token-id", type=int, help="for models whose config names none")
     parser.set_defaults(run=run)
@@ -41,12 +42,12 @@ def run(args: argparse.Namespace) -> int:
 
     defaults = {
         "wedlm_window_size": args.window_size,
-        "wedlm_entropy_threshold": None if args.threshold == "none" else args.threshold,
+        "wedlm_entropy_threshold": args.threshold,
         "wedlm_pos_penalty_factor": args.penalty,
         "mask_token_id": args.mask_token_id,
     }
     defaults = {name: value for name, value in defaults.items() if value is not None}
-    if args.threshold == "none":
+    if args.threshold == "none":  # one slot per step
         defaults["wedlm_entropy_threshold"] = None
     if args.lossless:
         defaults["wedlm_lossless"] = True
