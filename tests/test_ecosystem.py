@@ -109,6 +109,16 @@ def test_embedded_tokenizer_pads_left_and_has_a_chat_template():
     assert tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == "# counting\n1, 2,"
 
 
+def test_trained_tokenizers_pad_left_with_the_embedded_chat_template():
+    """`wedlm-hf train` writes the same tokenizer settings as the embedded checkpoint carries."""
+    from wedlm_hf.training.tokenizer import train_tokenizer
+
+    trained = train_tokenizer(["def f(x):\n    return x\n"] * 20, vocab_size=300)
+    embedded = AutoTokenizer.from_pretrained(wedlm_hf.DEFAULT_MODEL)
+    assert trained.padding_side == embedded.padding_side == "left"
+    assert trained.chat_template == embedded.chat_template
+
+
 def test_embedded_checkpoint_pipeline_chat_and_batches_need_no_setup():
     """No padding side, template or decoding to set: the checkpoint's files carry them (WeDLM by default)."""
     pipe = pipeline("text-generation", model=wedlm_hf.DEFAULT_MODEL)
