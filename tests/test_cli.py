@@ -140,6 +140,16 @@ def test_user_error_is_one_line_without_traceback(argv, message, tmp_path, capsy
     assert err.startswith(f"wedlm-hf {argv[0]}: error: ") and message in err
 
 
+def test_missing_extra_names_the_install_command(capsys, monkeypatch):
+    monkeypatch.setitem(SUBCOMMANDS, "demo", ("wedlm_hf_test_absent_module", "help", "demo"))
+    code, _, err = run_cli(capsys, "demo")
+    assert code == 1
+    assert err == (
+        "wedlm-hf demo: error: `wedlm-hf demo` needs the package 'wedlm_hf_test_absent_module': "
+        "pip install 'wedlm-hf[demo]'\n"
+    )
+
+
 def test_push_without_network_is_one_line(exported):
     result = subprocess.run(
         [sys.executable, "-m", "wedlm_hf.cli", "push", str(exported), "--repo-id", "me/x"],
