@@ -127,6 +127,7 @@ USER_ERRORS = [
     (["push", "{tmp}", "--repo-id", "me/x"], "not an exported folder"),
     (["train", "--output-dir", "{tmp}/file/checkpoint", "--threads", "1"], "file"),
     (["serve", "{tmp}/missing", "--port", "1"], "missing"),
+    (["demo", "--concurrency", "0"], "--concurrency"),
 ]
 
 
