@@ -105,3 +105,33 @@ def test_streamed_chat_usage_and_finish_reason_match_autoregressive(server):
     # the server counts streamer puts as tokens: right only with one put per committed token
     assert finish == ar_finish
     assert usage[-1].completion_tokens == ar_usage[-1].completion_tokens
+
+
+def test_serve_command_sets_the_generation_config_of_every_request(monkeypatch):
+    from wedlm_hf_cli import main
+
+    calls = []
+    monkeypatch.setattr(serving, "serve", lambda model, **options: calls.append((model, options)))
+    assert main(["serve", "--lossless", "--threshold", "none", "--window-size", "8", "--port", "9"]) == 0
+    ((model, options),) = calls
+    assert model == wedlm_hf.DEFAULT_MODEL and options["port"] == 9 and options["host"] == "127.0.0.1"
+    assert options["generation_defaults"] == {
+        "wedlm_lossless": True,
+        "wedlm_entropy_threshold": None,
+        "wedlm_window_size": 8,
+    }
+
+
+def test_model_manager_applies_the_defaults(monkeypatch):
+    monkeypatch.setattr(model_manager, "ModelManager", model_manager.ModelManager)  # undo what install() sets
+    monkeypatch.setattr(serving.WeDLMModelManager, "generation_defaults", {})
+    for name in ("WeDLMForCausalLM", "WeDLMModel", "WeDLMConfig"):
+        monkeypatch.setattr(model_manager.transformers, name, None, raising=False)
+    serving.install({"wedlm_lossless": True, "wedlm_window_size": 4})
+    manager = serving.WeDLMModelManager(device="cpu", force_model=wedlm_hf.DEFAULT_MODEL)
+    (timed_model,) = manager.loaded_models.values()
+    config = timed_model.model.generation_config
+    assert (config.decoding, config.wedlm_lossless, config.wedlm_window_size) == ("wedlm", True, 4)
+    manager.shutdown()
+    with pytest.raises(ValueError, match="serve cannot set"):
+        serving.install({"num_beams": 4})
