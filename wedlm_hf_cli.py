@@ -41,6 +41,10 @@ def _version() -> str:
         return "unknown"
 
 
+def chosen_command(argv: list[str]) -> str | None:
+    return next((word for word in argv if word in SUBCOMMANDS), None)
+
+
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     """The top-level parser; only the subcommand named in `argv` has its module imported and its options added."""
     debug = argparse.ArgumentParser(add_help=False)
@@ -52,7 +56,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"wedlm-hf {_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    chosen = next((word for word in argv if word in SUBCOMMANDS), None)
+    chosen = chosen_command(argv)
     for name, (module_name, help_text, extra) in SUBCOMMANDS.items():
         subparser = subparsers.add_parser(
             name,
@@ -116,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:
         if debug:
             raise
-        command = next((word for word in argv if word in SUBCOMMANDS), None)
+        command = chosen_command(argv)
         prefix = f"wedlm-hf {command}" if command else "wedlm-hf"
         print(f"{prefix}: error: {describe(error)}", file=sys.stderr)
         return 1

@@ -9,6 +9,7 @@ forward of every row is one whose predictions are used.
 
 import torch
 from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
+from transformers.generation.configuration_utils import GenerationMode
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 from transformers.generation.streamers import BaseStreamer
 
@@ -358,13 +359,32 @@ def reject_unsupported(generation_config: GenerationConfig, options: dict | None
     if given("use_cache") is False:
         raise UnsupportedRequest(
             "`use_cache=False`: WeDLM decoding needs the KV cache (committed tokens are never recomputed); drop "
-            "`use_cache=False` (the cache-free reference decoder is `reference_decode` in `generation/reference.py`)."
+            "`use_cache=False`."
+        )
+
+
+MODE_OPTIONS = {
+    GenerationMode.CONTRASTIVE_SEARCH: "`penalty_alpha`",
+    GenerationMode.DOLA_GENERATION: "`dola_layers`",
+    GenerationMode.CONSTRAINED_BEAM_SEARCH: "`constraints` / `force_words_ids`",
+}
+"""The options that select a generation mode other than greedy or sampling, for the error message."""
+
+
+def reject_other_modes(generation_config: GenerationConfig) -> None:
+    """WeDLM replaces greedy search and sampling; options selecting another mode would be silently dropped."""
+    mode = generation_config.get_generation_mode()
+    if mode not in (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE):
+        raise UnsupportedRequest(
+            f"{MODE_OPTIONS.get(mode, 'the generation options')} select {mode.value.replace('_', ' ')}, which WeDLM "
+            "decoding does not do; drop them."
         )
 
 
 def _validate_request(model: PreTrainedModel, generation_config: GenerationConfig, model_kwargs, synced_gpus) -> None:
     check_supported(model)
     reject_unsupported(generation_config)
+    reject_other_modes(generation_config)
     if model_kwargs.get("inputs_embeds") is not None:
         raise UnsupportedRequest(
             "WeDLM decoding needs `input_ids` (mask slots are token ids); `inputs_embeds` is not supported."

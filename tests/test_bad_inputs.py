@@ -136,6 +136,9 @@ UNHONOURED = [
     ({"cache_implementation": "static"}, "cache_implementation"),
     ({"cache_implementation": "paged"}, "cache_implementation"),  # transformers would switch to continuous batching
     ({"use_cache": False}, "use_cache=False"),
+    ({"penalty_alpha": 0.6, "top_k": 4}, "penalty_alpha"),  # contrastive search
+    ({"dola_layers": "high"}, "dola_layers"),
+    ({"force_words_ids": [[5]]}, "force_words_ids"),  # constrained beam search
 ]
 
 

@@ -8,6 +8,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import (
     AutoModelForCausalLM,
+    AutoTokenizer,
     LogitsProcessor,
     LogitsProcessorList,
     PreTrainedTokenizerFast,
@@ -21,6 +22,7 @@ from transformers.generation import logits_process as lp
 from transformers.generation.streamers import BaseStreamer
 
 from tiny_models import EOS_ID, MASK_ID, PAD_ID, VOCAB, tiny_model
+import wedlm_hf
 from wedlm_hf.generation.processors import check_processors
 from wedlm_hf.generation.reference import reference_decode
 
@@ -98,6 +100,39 @@ def test_pipeline_chat_messages(model, tokenizer):
     out = pipe(messages, do_sample=False, max_new_tokens=12)[0]["generated_text"]
     assert out[:-1] == messages
     assert out[-1] == {"role": "assistant", "content": tokenizer.decode(expected, skip_special_tokens=True)}
+
+
+def test_embedded_tokenizer_pads_left_and_has_a_chat_template():
+    tokenizer = AutoTokenizer.from_pretrained(wedlm_hf.DEFAULT_MODEL)
+    assert tokenizer.padding_side == "left"
+    messages = [{"role": "system", "content": "# counting"}, {"role": "user", "content": "1, 2,"}]
+    assert tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == "# counting\n1, 2,"
+
+
+def test_trained_tokenizers_pad_left_with_the_embedded_chat_template():
+    """`wedlm-hf train` writes the same tokenizer settings as the embedded checkpoint carries."""
+    from wedlm_hf.training.tokenizer import train_tokenizer
+
+    trained = train_tokenizer(["def f(x):\n    return x\n"] * 20, vocab_size=300)
+    embedded = AutoTokenizer.from_pretrained(wedlm_hf.DEFAULT_MODEL)
+    assert trained.padding_side == embedded.padding_side == "left"
+    assert trained.chat_template == embedded.chat_template
+
+
+def test_embedded_checkpoint_pipeline_chat_and_batches_need_no_setup():
+    """No padding side, template or decoding to set: the checkpoint's files carry them (WeDLM by default)."""
+    pipe = pipeline("text-generation", model=wedlm_hf.DEFAULT_MODEL)
+    prompts = ["1, 2, 3, 4,", "def add(a, b):\n    return", "import"]
+    expected = []
+    for prompt in prompts:
+        inputs = pipe.tokenizer(prompt, return_tensors="pt")
+        out = pipe.model.generate(**inputs, max_new_tokens=10, return_dict_in_generate=True)
+        assert out.wedlm_stats is not None
+        expected.append(pipe.tokenizer.decode(out.sequences[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True))
+    batched = pipe(prompts, batch_size=3, max_new_tokens=10, return_full_text=False)
+    assert [out[0]["generated_text"] for out in batched] == expected
+    chat = pipe([{"role": "user", "content": prompts[0]}], max_new_tokens=10)[0]["generated_text"]
+    assert chat[-1] == {"role": "assistant", "content": expected[0]}
 
 
 # --- 2. streamers -----------------------------------------------------------------------------------------------

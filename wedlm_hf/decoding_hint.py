@@ -22,7 +22,7 @@ def install() -> None:
         if "decoding" in model_kwargs and not isinstance(self, WeDLMGenerationMixin):
             raise ValueError(
                 f"`decoding={model_kwargs['decoding']!r}`: this {type(self).__name__} has no WeDLM decoding yet; call "
-                "`wedlm_hf.enable(model)` first (Llama, Mistral, Qwen2, Qwen3), or pass "
+                "`wedlm_hf.enable(model)` first, or pass "
                 "`custom_generate=wedlm_hf.wedlm_decode` instead of `decoding`."
             )
         validate(self, model_kwargs)

@@ -30,7 +30,7 @@ def _checkpoint_default(name: str):
     return config.get(name)
 
 
-def _default_help(name: str, library_default) -> str:
+def default_help(name: str, library_default) -> str:
     return (
         f"default: the model's generation config (embedded checkpoint: {_checkpoint_default(name)}), "
         f"else the library default {library_default}"
@@ -53,18 +53,18 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     wedlm = parser.add_argument_group("WeDLM parameters")
     wedlm.add_argument(
-        "--window-size", type=int, help="slots decoded in parallel (W); " + _default_help("wedlm_window_size", DEFAULT_WINDOW_SIZE)
+        "--window-size", type=int, help="slots decoded in parallel (W); " + default_help("wedlm_window_size", DEFAULT_WINDOW_SIZE)
     )
     wedlm.add_argument(
         "--threshold",
-        type=_threshold,
+        type=parse_threshold,
         help="entropy threshold, 'none' = one slot per step; "
-        + _default_help("wedlm_entropy_threshold", DEFAULT_ENTROPY_THRESHOLD),
+        + default_help("wedlm_entropy_threshold", DEFAULT_ENTROPY_THRESHOLD),
     )
     wedlm.add_argument(
         "--penalty",
         type=float,
-        help="entropy penalty per slot of distance; " + _default_help("wedlm_pos_penalty_factor", DEFAULT_POS_PENALTY_FACTOR),
+        help="entropy penalty per slot of distance; " + default_help("wedlm_pos_penalty_factor", DEFAULT_POS_PENALTY_FACTOR),
     )
     wedlm.add_argument("--mask-token-id", type=int, help="for models whose config names none")
     sampling = parser.add_argument_group("sampling (default: greedy)")
@@ -80,7 +80,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run)
 
 
-def _threshold(text: str) -> float | str:
+def parse_threshold(text: str) -> float | str:
     return "none" if text.strip().lower() == "none" else float(text)
 
 

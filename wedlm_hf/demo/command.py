@@ -29,7 +29,6 @@ def run(args: argparse.Namespace) -> int:
         print("The demo needs Gradio: pip install 'wedlm-hf[demo]'", file=sys.stderr)
         return 1
     if args.concurrency < 1 or args.queue_size < 1:
-        print("--concurrency and --queue-size must be at least 1", file=sys.stderr)
-        return 2
+        raise ValueError("--concurrency and --queue-size must be at least 1")
     launch(build_app(args.model, args.concurrency, args.queue_size), args.host, args.port)
     return 0

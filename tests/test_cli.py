@@ -1,0 +1,182 @@
+"""`wedlm-hf`: options of `generate`, `--help` without torch, and one-line errors from every subcommand."""
+
+import argparse
+import io
+import os
+import subprocess
+import sys
+from importlib.metadata import version
+
+import pytest
+from transformers.cli.serving import model_manager
+
+import wedlm_hf
+from wedlm_hf.commands.generate import read_prompt
+from wedlm_hf_cli import SUBCOMMANDS, main
+
+PROMPT = "1, 2, 3, 4,"
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def generate(capsys, *argv) -> tuple[str, str]:
+    """The continuation and the stats line of a successful `wedlm-hf generate`."""
+    code, out, err = run_cli(capsys, "generate", *argv)
+    assert code == 0, err
+    text, stats = out.rsplit("\n", 2)[:2]
+    return text, stats
+
+
+def test_help_and_version_import_no_torch():
+    script = (
+        "import sys\nfrom wedlm_hf_cli import main\n"
+        "for argv in (['--help'], ['--version']):\n"
+        "    try:\n        main(argv)\n    except SystemExit as exit:\n        assert exit.code == 0\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'wedlm_hf') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "generate" in result.stdout and "serve" in result.stdout  # the command list of --help
+    assert f"wedlm-hf {version('wedlm-hf')}" in result.stdout
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("command", list(SUBCOMMANDS))
+def test_every_subcommand_has_help_with_defaults(command, capsys):
+    with pytest.raises(SystemExit) as exit:
+        main([command, "--help"])
+    assert exit.value.code == 0
+    assert "--debug" in capsys.readouterr().out
+
+
+def test_generate_help_shows_library_and_checkpoint_defaults(capsys):
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: 128)" in text  # --max-new-tokens
+    assert "embedded checkpoint: 1.0), else the library default 0.4" in text
+    assert "embedded checkpoint: 0.05), else the library default 0.02" in text
+
+
+def test_prompt_escapes_stdin_and_file(tmp_path, monkeypatch):
+    def namespace(prompt, prompt_file=None):
+        return argparse.Namespace(prompt=prompt, prompt_file=prompt_file)
+
+    assert read_prompt(namespace(r"def f():\n\treturn 1 \\n")) == "def f():\n\treturn 1 \\n"
+    monkeypatch.setattr(sys, "stdin", io.StringIO("a\\nb\n"))
+    assert read_prompt(namespace("-")) == "a\\nb\n"  # standard input is taken as is
+    (tmp_path / "prompt.txt").write_text("x = 1\n")
+    assert read_prompt(namespace(None, tmp_path / "prompt.txt")) == "x = 1\n"
+
+
+def test_stdin_prompt_gives_the_argument_prompt_output(capsys, monkeypatch):
+    expected = generate(capsys, PROMPT, "--max-new-tokens", "12")
+    monkeypatch.setattr(sys, "stdin", io.StringIO(PROMPT))
+    assert generate(capsys, "-", "--max-new-tokens", "12")[0] == expected[0]
+    assert expected[1].startswith("[wedlm] tokens=12")
+
+
+def test_lossless_equals_ar_and_stream_equals_print(capsys):
+    ar_text, ar_stats = generate(capsys, "def add(a, b):\n", "--ar", "--max-new-tokens", "24")
+    lossless_text, lossless_stats = generate(capsys, "def add(a, b):\n", "--lossless", "--max-new-tokens", "24")
+    assert lossless_text == ar_text
+    assert ar_stats.startswith("[ar]") and lossless_stats.startswith("[wedlm]")
+    streamed, _ = generate(capsys, "def add(a, b):\n", "--lossless", "--max-new-tokens", "24", "--stream")
+    assert streamed == ar_text
+
+
+def test_chat_applies_the_template(capsys):
+    # the embedded template is the messages' text, so one user message continues like the plain prompt
+    chat = generate(capsys, PROMPT, "--chat", "--max-new-tokens", "8")[0]
+    assert chat == generate(capsys, PROMPT, "--max-new-tokens", "8")[0]
+
+
+def test_seeded_sampling_and_placement(capsys):
+    options = ("--do-sample", "--temperature", "0.9", "--top-p", "0.95", "--seed", "7", "--max-new-tokens", "12")
+    first, _ = generate(capsys, "import", *options)
+    assert generate(capsys, "import", *options)[0] == first
+    text, stats = generate(capsys, PROMPT, "--dtype", "bfloat16", "--device", "cpu", "--max-new-tokens", "8")
+    assert stats.startswith("[wedlm] tokens=8")
+
+
+@pytest.fixture
+def exported(tmp_path, capsys):
+    assert main(["export", str(tmp_path / "export"), "--config", "WeDLM-7B"]) == 0
+    return tmp_path / "export"
+
+
+USER_ERRORS = [
+    (["generate", ""], "the prompt is empty"),
+    (["generate", "--ar", ""], "the prompt is empty"),
+    (["generate"], "no prompt"),
+    (["generate", "x", "--window-size", "0"], "wedlm_window_size"),
+    (["generate", "x", "--max-new-tokens", "5000"], "shorten the prompt or lower --max-new-tokens"),
+    (["generate", "x", "--ar", "--max-new-tokens", "5000"], "shorten the prompt or lower --max-new-tokens"),
+    (["generate", "x", "--temperature", "0.5"], "add --do-sample"),
+    (["generate", "x", "--ar", "--threshold", "0.3"], "--ar turns off"),
+    (["generate", "x", "--lossless", "--do-sample"], "lossless"),
+    (["generate", "x", "--model", "/no/such/model"], "no such folder"),
+    (["generate", "x", "--device", "nowhere"], "--device"),
+    (["bench", "--thresholds", "high", "--num-prompts", "1", "--lengths", ""], "high"),
+    (["export", "{tmp}/out", "--model", "{tmp}/missing"], "missing"),
+    (["push", "{tmp}", "--repo-id", "me/x"], "not an exported folder"),
+    (["train", "--output-dir", "{tmp}/file/checkpoint", "--threads", "1"], "file"),
+    (["serve", "{tmp}/missing", "--port", "1"], "missing"),
+    (["demo", "--concurrency", "0"], "--concurrency"),
+]
+
+
+@pytest.mark.parametrize("argv,message", USER_ERRORS, ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_user_error_is_one_line_without_traceback(argv, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(model_manager, "ModelManager", model_manager.ModelManager)  # undo what `serve` installs
+    (tmp_path / "file").write_text("")
+    code, out, err = run_cli(capsys, *(word.format(tmp=tmp_path) for word in argv))
+    assert code == 1
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith(f"wedlm-hf {argv[0]}: error: ") and message in err
+
+
+def test_missing_extra_names_the_install_command(capsys, monkeypatch):
+    monkeypatch.setitem(SUBCOMMANDS, "demo", ("wedlm_hf_test_absent_module", "help", "demo"))
+    code, _, err = run_cli(capsys, "demo")
+    assert code == 1
+    assert err == (
+        "wedlm-hf demo: error: `wedlm-hf demo` needs the package 'wedlm_hf_test_absent_module': "
+        "pip install 'wedlm-hf[demo]'\n"
+    )
+
+
+def test_push_without_network_is_one_line(exported):
+    result = subprocess.run(
+        [sys.executable, "-m", "wedlm_hf.cli", "push", str(exported), "--repo-id", "me/x"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_TOKEN": "hf_unused"},
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert "cannot reach the Hugging Face Hub" in result.stderr
+
+
+def test_debug_shows_the_traceback(capsys):
+    with pytest.raises(ValueError, match="the prompt is empty"):
+        main(["generate", "", "--debug"])
+    with pytest.raises(ValueError, match="the prompt is empty"):
+        main(["--debug", "generate", ""])
+
+
+def test_console_script_error_exit_status():
+    result = subprocess.run(
+        [sys.executable, "-m", "wedlm_hf.cli", "generate", "", "--model", wedlm_hf.DEFAULT_MODEL],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert result.stderr == "wedlm-hf generate: error: the prompt is empty: decoding needs at least one prompt token\n"

@@ -1,0 +1,137 @@
+"""`wedlm-hf serve`: transformers' own OpenAI-compatible server, on 127.0.0.1, decoding with WeDLM."""
+
+import socket
+import time
+
+import pytest
+from transformers.cli.serving import model_manager
+
+import json
+
+import transformers
+import wedlm_hf
+
+openai = pytest.importorskip("openai", reason="the serve extra is not installed: pip install 'wedlm-hf[serve]'")
+serving = pytest.importorskip("wedlm_hf.serving")
+
+PROMPT = "1, 2, 3, 4,"
+MAX_TOKENS = 16
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    """The server in a thread of this process (so the test can count the model's forwards), stopped at the end."""
+    patch = pytest.MonkeyPatch()  # undo the hooks `serve` installs
+    patch.setattr(model_manager, "ModelManager", model_manager.ModelManager)
+    for name in ("WeDLMForCausalLM", "WeDLMModel", "WeDLMConfig"):
+        patch.setattr(model_manager.transformers, name, None, raising=False)
+    port = free_port()
+    running = serving.serve(
+        wedlm_hf.DEFAULT_MODEL, host="127.0.0.1", port=port, generation_defaults={}, non_blocking=True
+    )
+    deadline = time.monotonic() + 60
+    while not running.server.started:
+        assert time.monotonic() < deadline, "the server did not start within 60 s"
+        time.sleep(0.1)
+    (timed_model,) = running._model_manager.loaded_models.values()
+    forwards = []
+    hook = timed_model.model.register_forward_hook(lambda module, args, output: forwards.append(1))
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", timeout=60, max_retries=0)
+    yield client, timed_model.model, forwards
+    hook.remove()
+    running.kill_server()
+    patch.undo()
+
+
+def count_forwards(forwards: list, request):
+    forwards.clear()
+    result = request()
+    return result, len(forwards)
+
+
+def test_loaded_model_decodes_with_wedlm_by_default(server):
+    _, model, _ = server
+    assert isinstance(model, wedlm_hf.WeDLMGenerationMixin)
+    assert model.generation_config.decoding == "wedlm"
+
+
+def test_completion_matches_local_wedlm_generate(server):
+    client, model, forwards = server
+    completion, calls = count_forwards(
+        forwards, lambda: client.completions.create(model=wedlm_hf.DEFAULT_MODEL, prompt=PROMPT, max_tokens=MAX_TOKENS)
+    )
+    tokenizer = transformers.AutoTokenizer.from_pretrained(wedlm_hf.DEFAULT_MODEL)
+    inputs = tokenizer(PROMPT, return_tensors="pt")
+    local = model.generate(**inputs, max_new_tokens=MAX_TOKENS, return_dict_in_generate=True)
+    new_tokens = local.sequences[0, inputs["input_ids"].shape[1] :]
+    assert completion.choices[0].text == tokenizer.decode(new_tokens, skip_special_tokens=True)
+    assert calls == local.wedlm_stats.summary()["forwards"] < MAX_TOKENS  # WeDLM: several tokens per forward
+    assert completion.usage.completion_tokens == len(new_tokens) == MAX_TOKENS
+    assert completion.choices[0].finish_reason == "length"
+
+
+def stream_chat(client, **extra):
+    chunks = list(
+        client.chat.completions.create(
+            model=wedlm_hf.DEFAULT_MODEL,
+            messages=[{"role": "user", "content": PROMPT}],
+            max_tokens=MAX_TOKENS,
+            stream=True,
+            **extra,
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    usage = [c.usage for c in chunks if c.usage is not None]
+    return text, finish, usage
+
+
+def test_streamed_chat_usage_and_finish_reason_match_autoregressive(server):
+    client, _, forwards = server
+    (text, finish, usage), wedlm_calls = count_forwards(forwards, lambda: stream_chat(client))
+    ar_config = {"decoding": "ar", "max_new_tokens": MAX_TOKENS, "do_sample": False}
+    (ar_text, ar_finish, ar_usage), ar_calls = count_forwards(
+        forwards, lambda: stream_chat(client, extra_body={"generation_config": json.dumps(ar_config)})
+    )
+    assert ar_calls == MAX_TOKENS and wedlm_calls < MAX_TOKENS  # the two requests really decoded differently
+    assert text == ar_text  # counting: the tiny checkpoint's WeDLM output is its greedy output
+    assert ar_finish == ["length"] and ar_usage[-1].completion_tokens == MAX_TOKENS
+    # the server counts streamer puts as tokens: right only with one put per committed token
+    assert finish == ar_finish
+    assert usage[-1].completion_tokens == ar_usage[-1].completion_tokens
+
+
+def test_serve_command_sets_the_generation_config_of_every_request(monkeypatch):
+    from wedlm_hf_cli import main
+
+    calls = []
+    monkeypatch.setattr(serving, "serve", lambda model, **options: calls.append((model, options)))
+    assert main(["serve", "--lossless", "--threshold", "none", "--window-size", "8", "--port", "9"]) == 0
+    ((model, options),) = calls
+    assert model == wedlm_hf.DEFAULT_MODEL and options["port"] == 9 and options["host"] == "127.0.0.1"
+    assert options["generation_defaults"] == {
+        "wedlm_lossless": True,
+        "wedlm_entropy_threshold": None,
+        "wedlm_window_size": 8,
+    }
+
+
+def test_model_manager_applies_the_defaults(monkeypatch):
+    monkeypatch.setattr(model_manager, "ModelManager", model_manager.ModelManager)  # undo what install() sets
+    monkeypatch.setattr(serving.WeDLMModelManager, "generation_defaults", {})
+    for name in ("WeDLMForCausalLM", "WeDLMModel", "WeDLMConfig"):
+        monkeypatch.setattr(model_manager.transformers, name, None, raising=False)
+    serving.install({"wedlm_lossless": True, "wedlm_window_size": 4})
+    manager = serving.WeDLMModelManager(device="cpu", force_model=wedlm_hf.DEFAULT_MODEL)
+    (timed_model,) = manager.loaded_models.values()
+    config = timed_model.model.generation_config
+    assert (config.decoding, config.wedlm_lossless, config.wedlm_window_size) == ("wedlm", True, 4)
+    manager.shutdown()
+    with pytest.raises(ValueError, match="serve cannot set"):
+        serving.install({"num_beams": 4})
