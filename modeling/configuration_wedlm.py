@@ -7,6 +7,10 @@ A WeDLM checkpoint is a Qwen2.5- or Qwen3-layout causal LM; the config is Qwen3'
 from huggingface_hub.dataclasses import strict
 from transformers.models.qwen3.configuration_qwen3 import Qwen3Config
 
+from ..generation.transformers_version import check_transformers_version
+
+check_transformers_version()  # before the class: transformers 4.x fails on its definition with a cryptic error
+
 
 @strict
 class WeDLMConfig(Qwen3Config):
