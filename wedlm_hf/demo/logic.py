@@ -88,12 +88,14 @@ EXAMPLES = (
     Example("Counting (~10 tokens/forward)", "1, 2, 3, 4, 5, 6, 7, 8,"),
     Example("Python list (~10 tokens/forward)", "x = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, "),
     Example(
-        "Python it was trained on: a stdlib codec table (~1.5 tokens/forward)",
+        "Known stdlib code (~1.9 tokens/forward)",
         "decoding_table = (\n"
         "    '\\x00'     #  0x00 -> NULL\n"
         "    '\\x01'     #  0x01 -> START OF HEADING\n"
         "    '\\x02'     #  0x02 -> START OF TEXT\n"
-        "    '\\x03'     #  0x03 -> END OF TEXT\n",
+        "    '\\x03'     #  0x03 -> END OF TEXT\n"
+        "    '\\x04'     #  0x04 -> END OF TRANSMISSION\n"
+        "    '\\x05",
     ),
     Example(
         "New Python code (~1 token/forward)",
@@ -102,7 +104,8 @@ EXAMPLES = (
     Example("English chat (NOT trained: noise)", "Hello! How are you today?"),
 )
 """Prompts for the embedded checkpoint, a 3.5M-parameter model trained on Python source and counting: what it does
-well, what it does poorly, and what it was never taught."""
+well, what it does poorly, and what it was never taught. The known code is the start of a codec table from the
+standard library's training split (encodings/cp1252.py)."""
 
 
 def checkpoint_defaults(generation_config: object | None) -> tuple[dict[str, float], str]:
