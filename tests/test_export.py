@@ -2,6 +2,7 @@
 the `custom_generate` layout transformers documents (run through `generate(custom_generate=...)` and as a
 self-contained model+recipe repository), file modes and a tokenizer config free of this machine's loading flags."""
 
+import argparse
 import copy
 import json
 import os
@@ -21,7 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from wedlm_hf import enable
 from wedlm_hf.generation.transformers_version import TRANSFORMERS_REQUIREMENT, check_transformers_version
-from wedlm_hf.hub import export_custom_generate, export_model_folder
+from wedlm_hf.hub import export_command, export_custom_generate, export_model_folder
 from wedlm_hf.hub.export import RECIPE_REQUIREMENTS, remote_module_sources
 
 REPO = Path(__file__).resolve().parents[1]
@@ -234,3 +235,41 @@ def test_tokenizer_config_has_no_local_loading_keys(tmp_path, saved_wedlm):
     assert not {"is_local", "local_files_only"} & set(exported)
     assert {key: value for key, value in plain.items() if key not in ("is_local", "local_files_only")} == exported
     assert AutoTokenizer.from_pretrained(folder).mask_token == "[MASK]"
+
+
+# --- command line ---
+
+
+def _export_args(directory: Path, **flags) -> argparse.Namespace:
+    """`wedlm-hf export DIRECTORY --flag value ...` parsed; a flag given True is a switch."""
+    parser = argparse.ArgumentParser()
+    export_command.register(parser)
+    argv = [str(directory)]
+    for name, value in flags.items():
+        argv += [f"--{name}"] if value is True else [f"--{name}", value]
+    return parser.parse_args(argv)
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        ({}, "pass one of --config NAME, --model PATH_OR_ID or --custom-generate"),
+        ({"config": "WeDLM-8B", "model": "x"}, "pass one of"),
+        ({"config": "WeDLM-8B", "custom-generate": True}, "cannot be combined"),
+    ],
+)
+def test_export_flags_that_do_not_fit_together_are_refused(tmp_path, flags, message):
+    with pytest.raises(ValueError, match=message):
+        export_command.run(_export_args(tmp_path / "out", **flags))
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_command_writes_a_model_and_recipe_pair(tmp_path, saved_llama, capsys):
+    args = _export_args(
+        tmp_path / "pair", **{"custom-generate": True, "model": str(saved_llama), "repo-id": "me/pair", "license": "mit"}
+    )
+    assert export_command.run(args) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {tmp_path / 'pair'}"
+    card = _card(tmp_path / "pair")
+    assert card.data.license == "mit" and 'from_pretrained("me/pair", trust_remote_code=True)' in card.text
+    assert (tmp_path / "pair" / "custom_generate" / "requirements.txt").exists()
