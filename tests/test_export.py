@@ -273,3 +273,12 @@ def test_export_command_writes_a_model_and_recipe_pair(tmp_path, saved_llama, ca
     card = _card(tmp_path / "pair")
     assert card.data.license == "mit" and 'from_pretrained("me/pair", trust_remote_code=True)' in card.text
     assert (tmp_path / "pair" / "custom_generate" / "requirements.txt").exists()
+
+
+def test_base_model_comes_from_the_hub_id_a_model_was_loaded_from(tmp_path, saved_llama):
+    llama = AutoModelForCausalLM.from_pretrained(saved_llama)
+    assert _card(export_custom_generate(tmp_path / "a", model=llama)).data.base_model is None  # a local folder
+    llama.config.name_or_path = "org/tiny-llama"  # what from_pretrained("org/tiny-llama") records
+    assert _card(export_custom_generate(tmp_path / "b", model=llama)).data.base_model == "org/tiny-llama"
+    card = _card(export_custom_generate(tmp_path / "c", model=llama, base_model="org/other"))
+    assert card.data.base_model == "org/other" and "`org/other`, included in this repository." in card.text

@@ -142,15 +142,21 @@ def _make_world_readable(folder: Path) -> None:
         path.chmod(0o755 if path.is_dir() else 0o644)
 
 
+def _hub_id(name_or_path: str) -> str | None:
+    """`name_or_path` if it names a Hub repository ("org/name") rather than a folder on this machine."""
+    if not name_or_path or Path(name_or_path).exists() or name_or_path.count("/") != 1:
+        return None
+    return name_or_path
+
+
 def _load(model: PreTrainedModel | str | Path, tokenizer: PreTrainedTokenizerBase | None):
     """The model (loaded if given as a path or Hub id), its tokenizer when there is one, and its Hub id if known."""
     if isinstance(model, PreTrainedModel):
-        return model, tokenizer, None
+        return model, tokenizer, _hub_id(model.config.name_or_path)
     location = str(model)
-    is_hub_id = not Path(location).exists()
-    if tokenizer is None and (is_hub_id or (Path(location) / "tokenizer_config.json").exists()):
+    if tokenizer is None and (_hub_id(location) or (Path(location) / "tokenizer_config.json").exists()):
         tokenizer = AutoTokenizer.from_pretrained(location)
-    return AutoModelForCausalLM.from_pretrained(location), tokenizer, location if is_hub_id else None
+    return AutoModelForCausalLM.from_pretrained(location), tokenizer, _hub_id(location)
 
 
 def _save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None, target: Path) -> None:
