@@ -239,7 +239,8 @@ def test_sliders_start_from_the_checkpoint_generation_config():
         assert values == library and "library defaults" in note
     values, note = checkpoint_defaults(GenerationConfig(wedlm_window_size=8, wedlm_entropy_threshold=None))
     assert values == {**library, "window_size": 8, "entropy_threshold": 0.0} and "else the library" in note
-    assert checkpoint_defaults(GenerationConfig(wedlm_window_size=500))[0]["window_size"] == SLIDERS["window_size"].maximum
+    too_wide = GenerationConfig(wedlm_window_size=500)
+    assert checkpoint_defaults(too_wide)[0]["window_size"] == SLIDERS["window_size"].maximum
     assert load_generation_config("/no/such/checkpoint") is None
 
 

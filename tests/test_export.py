@@ -18,7 +18,7 @@ import torch
 from huggingface_hub import ModelCard
 from test_ecosystem import build_tokenizer
 from tiny_models import MASK_ID, tiny_model
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
 from wedlm_hf import enable
 from wedlm_hf.generation.transformers_version import TRANSFORMERS_REQUIREMENT, check_transformers_version
@@ -120,7 +120,9 @@ def _card(folder: Path) -> ModelCard:
 
 
 def test_model_folder_card_metadata_sections_and_repo_id(tmp_path):
-    folder = export_model_folder(tmp_path / "out", config_name="WeDLM-8B", repo_id="me/WeDLM-8B", base_model="org/WeDLM-8B")
+    folder = export_model_folder(
+        tmp_path / "out", config_name="WeDLM-8B", repo_id="me/WeDLM-8B", base_model="org/WeDLM-8B"
+    )
     card = _card(folder)
     assert card.data.license == "apache-2.0"
     assert card.data.library_name == "transformers" and card.data.pipeline_tag == "text-generation"
@@ -138,6 +140,7 @@ def test_card_without_repo_id_or_base_model(tmp_path, saved_wedlm):
     card = _card(folder)
     assert card.data.license == "mit" and card.data.base_model is None  # a local path is not a Hub id
     assert 'from_pretrained("wedlm-tiny", trust_remote_code=True)' in card.text and "add the weights" not in card.text
+    assert (folder / "lossless.py").exists() and not (folder / "reference.py").exists()  # only what the model needs
 
 
 # --- custom_generate ---
@@ -189,7 +192,7 @@ def test_custom_generate_from_a_local_folder_runs_wedlm(tmp_path, saved_llama):
 def test_custom_generate_with_a_model_is_a_self_contained_repo(tmp_path, saved_llama):
     repo = export_custom_generate(tmp_path / "pair", model=saved_llama, repo_id="me/llama-wedlm")
     assert (repo / "model.safetensors").exists() and (repo / "custom_generate" / "generate.py").exists()
-    assert "included in this repository" in _card(repo).text
+    assert "## Base model\n\nthe model in this repository." in _card(repo).text
     paired = AutoModelForCausalLM.from_pretrained(repo, trust_remote_code=True)  # `generate` becomes the recipe
     tokens = paired.generate(PROMPT, mask_token_id=MASK_ID, **GREEDY)
     expected = enable(AutoModelForCausalLM.from_pretrained(saved_llama)).generate(
@@ -201,7 +204,7 @@ def test_custom_generate_with_a_model_is_a_self_contained_repo(tmp_path, saved_l
 def test_custom_generate_refuses_a_wedlm_or_unsupported_model(saved_wedlm, tmp_path):
     with pytest.raises(ValueError, match="export it without --custom-generate"):
         export_custom_generate(tmp_path / "a", model=saved_wedlm)
-    gpt2 = __import__("transformers").GPT2LMHeadModel(__import__("transformers").GPT2Config(n_layer=1, n_embd=16, n_head=2))
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2))
     with pytest.raises(ValueError, match="Supported model types"):
         export_custom_generate(tmp_path / "b", model=gpt2)
 
@@ -265,9 +268,8 @@ def test_export_flags_that_do_not_fit_together_are_refused(tmp_path, flags, mess
 
 
 def test_export_command_writes_a_model_and_recipe_pair(tmp_path, saved_llama, capsys):
-    args = _export_args(
-        tmp_path / "pair", **{"custom-generate": True, "model": str(saved_llama), "repo-id": "me/pair", "license": "mit"}
-    )
+    flags = {"custom-generate": True, "model": str(saved_llama), "repo-id": "me/pair", "license": "mit"}
+    args = _export_args(tmp_path / "pair", **flags)
     assert export_command.run(args) == 0
     assert capsys.readouterr().out.strip() == f"wrote {tmp_path / 'pair'}"
     card = _card(tmp_path / "pair")

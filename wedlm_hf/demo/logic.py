@@ -281,7 +281,8 @@ def render_step_view(
         return '<div class="wd-steps"><p>No tokens were generated.</p></div>'
     line = "".join(
         f'<span class="wd-tok" style="background:hsl({_hue(c)},70%,85%);border-bottom-color:hsl({_hue(f)},70%,40%)" '
-        f'title="token {t}: filled in forward {f}, committed in forward {c}">{html.escape(_marked_newlines(token))}</span>'
+        f'title="token {t}: filled in forward {f}, committed in forward {c}">'
+        f"{html.escape(_marked_newlines(token))}</span>"
         for t, (token, f, c) in enumerate(zip(tokens, fill_steps, commit_steps))
     )
     windows = []  # (forward, first token fed, one past the last token fed)

@@ -71,7 +71,8 @@ HUB_CONFIG_NAMES = tuple(sorted(path.parent.name for path in hub_config_dir().gl
 
 
 def remote_module_sources() -> dict[str, str]:
-    """Every module of `wedlm_hf.modeling` and `wedlm_hf.generation` by file name, imports rewritten for a flat folder."""
+    """Every module of `wedlm_hf.modeling` and `wedlm_hf.generation` by file name, imports rewritten for a flat
+    folder."""
     sources: dict[str, str] = {}
     for package in (wedlm_hf.modeling, wedlm_hf.generation):
         for source in sorted(Path(package.__file__).parent.glob("*.py")):

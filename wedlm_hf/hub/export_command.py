@@ -18,7 +18,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--repo-id", help="Hub repository the folder is meant for; the card's snippet loads from it")
     parser.add_argument("--base-model", help="Hub id recorded as base_model in the card (default: --model if a Hub id)")
-    parser.add_argument("--license", default="apache-2.0", help="license of the weights, a Hub license id (default: %(default)s)")
+    parser.add_argument(
+        "--license", default="apache-2.0", help="license of the weights, a Hub license id (default: %(default)s)"
+    )
     parser.set_defaults(run=run)
 
 

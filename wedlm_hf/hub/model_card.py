@@ -32,7 +32,9 @@ def model_folder_card(
     repo_id: str, *, has_weights: bool, license: str, base_model: str | None, transformers_requirement: str
 ) -> ModelCard:
     """Card of a remote-code WeDLM model folder; `repo_id` is what its snippet loads."""
-    weights = "" if has_weights else "\nThis repository holds the configuration and code only; add the weights next to them.\n"
+    weights = (
+        "" if has_weights else "\nThis repository holds the configuration and code only; add the weights next to them.\n"
+    )
     base = f"\nWeights: `{base_model}`.\n" if base_model else ""
     return ModelCard(
         _front_matter(license, ["wedlm", "custom_code", PAPER_TAG], base_model)
@@ -65,7 +67,7 @@ def custom_generate_card(
 ) -> ModelCard:
     """Card of a `custom_generate` repository, with the sections transformers' documentation asks such a card for."""
     if has_model:
-        base = f"`{base_model}`, included in this repository." if base_model else "the model included in this repository."
+        base = f"`{base_model}`, included in this repository." if base_model else "the model in this repository."
     else:
         base = f"`{base_model}`." if base_model else "none: bring any compatible model."
     model_id = repo_id if has_model else "your/model"
