@@ -284,3 +284,13 @@ def test_base_model_comes_from_the_hub_id_a_model_was_loaded_from(tmp_path, save
     assert _card(export_custom_generate(tmp_path / "b", model=llama)).data.base_model == "org/tiny-llama"
     card = _card(export_custom_generate(tmp_path / "c", model=llama, base_model="org/other"))
     assert card.data.base_model == "org/other" and "`org/other`, included in this repository." in card.text
+
+
+def test_custom_generate_refuses_what_it_cannot_honour(tmp_path, saved_llama):
+    repo = export_custom_generate(tmp_path / "recipe")
+    llama = AutoModelForCausalLM.from_pretrained(saved_llama)
+    recipe = dict(custom_generate=str(repo), trust_remote_code=True, mask_token_id=MASK_ID, max_new_tokens=4)
+    with pytest.raises(ValueError, match="assistant_model"):
+        llama.generate(PROMPT, assistant_model=copy.deepcopy(llama), **recipe)
+    with pytest.raises(ValueError, match="num_beams"):
+        llama.generate(PROMPT, num_beams=2, **recipe)

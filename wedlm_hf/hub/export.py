@@ -54,6 +54,11 @@ check_transformers_version()
 def generate(*args, model, **kwargs):
     """`model` is a keyword: a repository that ships this recipe with its model binds it (`from_pretrained` with
     `trust_remote_code=True` replaces the model's `generate`), and the prompt may still come positionally."""
+    if kwargs.get("assistant_model") is not None:  # transformers would drop it on the way to a custom loop
+        raise ValueError(
+            "WeDLM decoding cannot be combined with `assistant_model` (assisted decoding): drop it, or call "
+            "`generate` without this recipe."
+        )
     decode, kwargs = bind_generate_kwargs(model.generation_config, kwargs)
     return GenerationMixin.generate(model, *args, custom_generate=decode, **kwargs)
 '''
