@@ -16,6 +16,10 @@ QWEN_MASK_TOKEN_ID = 151665
 QWEN_VOCAB_SIZES = (151936, 152064)
 """Embedding rows of the Qwen tokenizers' models (152064: Qwen2.5-7B and larger), where that fallback applies."""
 
+from ..generation.transformers_version import check_transformers_version
+
+check_transformers_version()  # before the class: transformers 4.x fails on its definition with a cryptic error
+
 
 @strict
 class WeDLMConfig(Qwen3Config):

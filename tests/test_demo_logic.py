@@ -9,18 +9,26 @@ from pathlib import Path
 
 import pytest
 from tiny_models import EOS_ID, MASK_ID, PAD_ID, tiny_model
+from transformers import GenerationConfig
 
-from wedlm_hf.demo.engine import StopRegistry, load_model, race
+import wedlm_hf
+from wedlm_hf.demo.engine import StopRegistry, load_generation_config, load_model, race
 from wedlm_hf.demo.logic import (
+    EXAMPLES,
     SLIDERS,
+    STEP_VIEW_CSS,
     DecodeParams,
     InputError,
+    checkpoint_defaults,
+    first_difference,
     format_stats,
+    format_verdict,
     generate_options,
     render_step_view,
     validate_params,
     validate_prompt,
 )
+from wedlm_hf.generation.settings import DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY_FACTOR, DEFAULT_WINDOW_SIZE
 
 DEFAULTS = {name: spec.default for name, spec in SLIDERS.items()}
 
@@ -212,3 +220,64 @@ def test_lossless_toggle_reaches_the_wedlm_side_only():
         validate_params(**{**DEFAULTS, "lossless": True, "temperature": 0.7})
     with pytest.raises(InputError, match="Lossless"):
         validate_params(**{**DEFAULTS, "lossless": "yes"})
+
+
+def test_sliders_start_from_the_checkpoint_generation_config():
+    embedded = load_generation_config(wedlm_hf.DEFAULT_MODEL)
+    values, note = checkpoint_defaults(embedded)
+    assert values == {
+        "window_size": embedded.wedlm_window_size,
+        "entropy_threshold": embedded.wedlm_entropy_threshold,
+        "pos_penalty": embedded.wedlm_pos_penalty_factor,
+    }
+    assert values["entropy_threshold"] != DEFAULT_ENTROPY_THRESHOLD  # the embedded checkpoint tunes its own
+    assert "from the checkpoint's generation config." in note and "τ 1," in note and "λ 0.05" in note
+    library = {"window_size": DEFAULT_WINDOW_SIZE, "entropy_threshold": DEFAULT_ENTROPY_THRESHOLD,
+               "pos_penalty": DEFAULT_POS_PENALTY_FACTOR}
+    for missing in (None, GenerationConfig(do_sample=False)):
+        values, note = checkpoint_defaults(missing)
+        assert values == library and "library defaults" in note
+    values, note = checkpoint_defaults(GenerationConfig(wedlm_window_size=8, wedlm_entropy_threshold=None))
+    assert values == {**library, "window_size": 8, "entropy_threshold": 0.0} and "else the library" in note
+    too_wide = GenerationConfig(wedlm_window_size=500)
+    assert checkpoint_defaults(too_wide)[0]["window_size"] == SLIDERS["window_size"].maximum
+    assert load_generation_config("/no/such/checkpoint") is None
+
+
+def test_examples_cover_what_the_model_does_well_and_what_it_does_not():
+    labels = [example.label for example in EXAMPLES]
+    assert any("Counting" in label for label in labels) and any("Python" in label for label in labels)
+    assert any("NOT trained" in label for label in labels)
+    assert all(validate_prompt(example.prompt) for example in EXAMPLES)
+
+
+@pytest.mark.parametrize(
+    "wedlm, ar, expected",
+    [([1, 2, 3], [1, 2, 3], None), ([1, 2, 3], [1, 5, 3], 1), ([1, 2], [1, 2, 3], 2), ([], [4], 0), ([], [], None)],
+)
+def test_first_difference(wedlm, ar, expected):
+    assert first_difference(wedlm, ar) == expected
+
+
+def test_verdict_reports_speedup_forwards_and_agreement():
+    same = format_verdict([1, 2, 3, 4], 1.0, [1, 2, 3, 4], 4.0, 4.0)
+    assert same == "**WeDLM x4.00 vs AR** (tokens/s) · 4.00 tokens/forward · identical to AR"
+    differs = format_verdict([1, 9, 3, 4], 2.0, [1, 2, 3, 4, 5, 6], 2.0, 1.5, sampled=True)
+    assert "x0.67 vs AR" in differs and "diverges from AR at token 1 (both sides sample)" in differs
+    assert "no speed-up to report" in format_verdict([], 0.0, [1], 1.0, 0.0)
+
+
+def test_step_view_wraps_into_bands_that_fit_the_page():
+    # 40 committed one per forward, window 4: one grid would be 40 columns wide
+    tokens = [f"tok{t:02d}" for t in range(40)]  # 5 characters + 2 of padding each: 20 per 140-character band
+    steps = list(range(1, 41))
+    html = render_step_view(tokens, steps, [s + 1 for s in steps], window_size=4, forwards=40)
+    assert re.findall(r'class="wd-band-title">tokens (\d+)–(\d+)<', html) == [("0", "19"), ("20", "39")]
+    columns = [int(c) for c in re.findall(r"grid-column:(\d+)", html)]
+    assert max(columns) == 21  # the label column + 20 tokens per band
+    assert "max-width: 8ch" in STEP_VIEW_CSS and "overflow-wrap: anywhere" in STEP_VIEW_CSS
+    # a forward appears in a band only where its window holds more than masks: forward 18 (token 17 predicted,
+    # 18-20 masks) is not in the second band; forward 20 (token 19 predicted) is in the first, with masks 20-22 not
+    second = html[html.index("tokens 20–39") :]
+    assert '>18</div>' not in second and '>21</div>' in second
+    assert "⏎" in render_step_view(["a\n"], [1], [2], window_size=2)  # a newline token stays visible in the line

@@ -17,6 +17,7 @@ ALLOWED_IMPORTS = {
     "inspect",
     "math",
     "numbers",
+    "re",
     "typing",
 }
 FORBIDDEN_CALLS = {"eval", "exec", "compile", "__import__", "open", "getattr_static", "system", "popen", "urlopen"}

@@ -10,18 +10,22 @@ import gradio as gr
 
 import wedlm_hf
 
-from .engine import SideProgress, StopRegistry, load_model, race
+from .engine import SideProgress, StopRegistry, load_generation_config, load_model, race
 from .logic import (
+    CHECKPOINT_KEYS,
+    EXAMPLES,
     SLIDERS,
     STEP_VIEW_CSS,
     InputError,
+    checkpoint_defaults,
     format_stats,
+    format_verdict,
     render_step_view,
     validate_params,
     validate_prompt,
 )
 
-EXAMPLE_PROMPT = "1, 2, 3, 4, 5, 6, 7, 8,"
+PAPER_URL = "https://arxiv.org/abs/2512.22737"
 NAMES = {"wedlm": "WeDLM", "ar": "Autoregressive"}
 
 THEME = gr.themes.Default(font=["system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"])
@@ -62,6 +66,23 @@ def _step_view(state: SideProgress, tokenizer, window_size: int) -> str:
     return render_step_view(tokens, stats.fill_steps[0], stats.commit_steps[0], window_size, stats.model_calls)
 
 
+def _verdict(progress: dict[str, SideProgress], sampled: bool) -> str:
+    """Speed-up and agreement of a run both of whose sides finished; a failed side leaves nothing to compare."""
+    wedlm, ar = progress["wedlm"], progress["ar"]
+    stats = getattr(wedlm.output, "wedlm_stats", None)
+    if stats is None or ar.error is not None:
+        return ""
+    return format_verdict(
+        wedlm.token_ids, wedlm.seconds, ar.token_ids, ar.seconds, stats.total_tokens_per_forward, sampled
+    )
+
+
+def _slider_updates(model_name: str) -> list:
+    """The window sliders set to `model_name`'s generation config, and the line saying where the values came from."""
+    values, note = checkpoint_defaults(load_generation_config(model_name))
+    return [gr.update(value=values[name]) for name in CHECKPOINT_KEYS] + [note]
+
+
 def build_app(default_model: str | None = None, concurrency_limit: int = 1, queue_size: int = 16) -> gr.Blocks:
     """The demo page: `concurrency_limit` generations run at once (two threads each), `queue_size` more may wait."""
     default_model = default_model or wedlm_hf.DEFAULT_MODEL
@@ -79,21 +100,22 @@ def build_app(default_model: str | None = None, concurrency_limit: int = 1, queu
         request: gr.Request,
     ):
         session = request.session_hash if request is not None else ""
+        cleared = ("",) * 6  # both texts, both stats, the step view and the verdict: nothing of an earlier run stays
         try:
             prompt = validate_prompt(prompt)
             params = validate_params(
                 window_size, entropy_threshold, pos_penalty, temperature, max_new_tokens, lossless
             )
-            yield f"Loading `{model_name}`…", "", "", "", "", ""
+            yield f"Loading `{model_name}`…", *cleared
             model, tokenizer = load_model(model_name)
         except InputError as error:
             gr.Warning(str(error))
-            yield f"⚠️ {error}", *(gr.skip(),) * 5
+            yield f"⚠️ {error}", *cleared
             return
         except Exception as error:  # a wrong path, a Hub id that cannot be reached, an unsupported architecture
             message = f"Could not load model `{model_name}`: {type(error).__name__}: {error}"
             gr.Warning(message)
-            yield f"⚠️ {message}", *(gr.skip(),) * 5
+            yield f"⚠️ {message}", *cleared
             return
         stop = runs.start(session)
         steps_shown = False
@@ -107,7 +129,8 @@ def build_app(default_model: str | None = None, concurrency_limit: int = 1, queu
                 steps = gr.skip()  # rendered once, when the WeDLM side is done: it is the largest update
                 if progress["wedlm"].done and not steps_shown:
                     steps, steps_shown = _step_view(progress["wedlm"], tokenizer, params.window_size), True
-                yield status, wedlm_text, wedlm_stats, ar_text, ar_stats, steps
+                verdict = _verdict(progress, params.temperature > 0) if finished and not stopped else ""
+                yield status, wedlm_text, wedlm_stats, ar_text, ar_stats, steps, verdict
         finally:
             runs.finish(session, stop)
 
@@ -117,14 +140,18 @@ def build_app(default_model: str | None = None, concurrency_limit: int = 1, queu
         if not runs.stop(request.session_hash):
             gr.Info("Nothing is running.")
 
+    defaults, defaults_line = checkpoint_defaults(load_generation_config(default_model))
     with gr.Blocks(title="WeDLM parallel decoding", analytics_enabled=False) as app:
         gr.Markdown(
             "# WeDLM parallel decoding\n"
-            "The same model continues your prompt twice at once: left with WeDLM (several tokens per forward from a "
-            "sliding window of mask slots), right with ordinary autoregressive decoding (one token per forward)."
+            f"[WeDLM]({PAPER_URL}) decodes a window of mask slots after the text with ordinary causal attention and "
+            "commits several tokens per forward, keeping a normal KV cache. Below, the same model continues your "
+            "prompt twice at once: left with WeDLM, right with ordinary autoregressive (AR) decoding, one token per "
+            "forward. The embedded model is a 3.5M-parameter toy trained on Python source and counting: other text "
+            "gives noise."
         )
         with gr.Row():
-            prompt = gr.Textbox(EXAMPLE_PROMPT, label="Prompt", lines=3, scale=3, elem_id="prompt")
+            prompt = gr.Textbox(EXAMPLES[0].prompt, label="Prompt", lines=3, scale=3, elem_id="prompt")
             model_name = gr.Dropdown(
                 _model_choices(default_model),
                 value=default_model,
@@ -134,12 +161,19 @@ def build_app(default_model: str | None = None, concurrency_limit: int = 1, queu
                 scale=2,
                 elem_id="model",
             )
+        gr.Examples(
+            [[example.prompt] for example in EXAMPLES],
+            inputs=[prompt],
+            example_labels=[example.label for example in EXAMPLES],
+            label="Examples for the embedded model",
+            elem_id="examples",
+        )
         with gr.Row():
             sliders = [
                 gr.Slider(
                     spec.minimum,
                     spec.maximum,
-                    spec.default,
+                    defaults.get(name, spec.default),
                     step=spec.step,
                     label=spec.label,
                     info=spec.info,
@@ -147,6 +181,7 @@ def build_app(default_model: str | None = None, concurrency_limit: int = 1, queu
                 )
                 for name, spec in SLIDERS.items()
             ]
+        defaults_note = gr.Markdown(defaults_line, elem_id="defaults")
         lossless = gr.Checkbox(
             False,
             label="Lossless: verify WeDLM drafts against the model's own next-token logits (output identical to AR)",
@@ -163,13 +198,18 @@ def build_app(default_model: str | None = None, concurrency_limit: int = 1, queu
             with gr.Column():
                 ar_text = gr.Textbox(label="Autoregressive", lines=8, interactive=False, elem_id="ar-output")
                 ar_stats = gr.Markdown(elem_id="ar-stats")
+        verdict = gr.Markdown(elem_id="verdict")
         gr.Markdown("### Step view (WeDLM): one row per forward, the window sliding right as tokens commit")
         steps = gr.HTML(elem_id="step-view")
 
+        by_name = dict(zip(SLIDERS, sliders))
+        model_name.change(
+            _slider_updates, inputs=[model_name], outputs=[*(by_name[name] for name in CHECKPOINT_KEYS), defaults_note]
+        )
         run_button.click(
             generate,
             inputs=[prompt, model_name, *sliders, lossless],
-            outputs=[status, wedlm_text, wedlm_stats, ar_text, ar_stats, steps],
+            outputs=[status, wedlm_text, wedlm_stats, ar_text, ar_stats, steps, verdict],
             concurrency_limit=concurrency_limit,
             show_progress="minimal",
         )
@@ -178,9 +218,9 @@ def build_app(default_model: str | None = None, concurrency_limit: int = 1, queu
     return app
 
 
-def launch(app: gr.Blocks, host: str | None = None, port: int | None = None) -> None:
+def launch(app: gr.Blocks, host: str | None = None, port: int | None = None, block: bool = True) -> None:
     """Serve `app` without share links or server-side rendering. host/port None: Gradio's GRADIO_SERVER_NAME /
-    GRADIO_SERVER_PORT, else 127.0.0.1:7860 (a Space sets the variables)."""
+    GRADIO_SERVER_PORT, else 127.0.0.1:7860 (a Space sets the variables). `block=False` returns once it serves."""
     app.launch(
         server_name=host,
         server_port=port,
@@ -190,4 +230,5 @@ def launch(app: gr.Blocks, host: str | None = None, port: int | None = None) -> 
         theme=THEME,
         css=STEP_VIEW_CSS,
         footer_links=["gradio"],
+        prevent_thread_lock=not block,
     )

@@ -16,6 +16,7 @@ import torch
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
+    GenerationConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
     StoppingCriteria,
@@ -128,6 +129,15 @@ def load_model(name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         raise InputError("Choose a model: the embedded checkpoint, a local path or a Hub id.")
     with _load_lock:  # two sessions asking for a new model load it once
         return _load(name)
+
+
+def load_generation_config(name: str) -> GenerationConfig | None:
+    """The generation config of a local path or Hub id without loading its weights; None when there is none or it
+    cannot be read (the page then starts from the library defaults)."""
+    try:
+        return GenerationConfig.from_pretrained((name or "").strip())
+    except (OSError, ValueError):
+        return None
 
 
 def _run_side(

@@ -7,11 +7,19 @@ def register(parser: argparse.ArgumentParser) -> None:
     from .export import HUB_CONFIG_NAMES
 
     parser.add_argument("directory", help="folder to write")
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--config", choices=HUB_CONFIG_NAMES, help="a shipped checkpoint config (no weights)")
-    source.add_argument("--model", help="local path or Hub id of a WeDLM model to export with its weights")
-    source.add_argument(
+    parser.add_argument("--config", choices=HUB_CONFIG_NAMES, help="a shipped checkpoint config (no weights)")
+    parser.add_argument(
+        "--model",
+        help="local path or Hub id of the model to export with its weights: a WeDLM model, or with "
+        "--custom-generate a Llama/Mistral/Qwen2/Qwen3 model to pair with the recipe",
+    )
+    parser.add_argument(
         "--custom-generate", action="store_true", help="write a custom_generate/ recipe for any supported model"
+    )
+    parser.add_argument("--repo-id", help="Hub repository the folder is meant for; the card's snippet loads from it")
+    parser.add_argument("--base-model", help="Hub id recorded as base_model in the card (default: --model if a Hub id)")
+    parser.add_argument(
+        "--license", default="apache-2.0", help="license of the weights, a Hub license id (default: %(default)s)"
     )
     parser.set_defaults(run=run)
 
@@ -19,9 +27,14 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from .export import export_custom_generate, export_model_folder
 
+    card = {"repo_id": args.repo_id, "base_model": args.base_model, "license": args.license}
     if args.custom_generate:
-        folder = export_custom_generate(args.directory)
+        if args.config:
+            raise ValueError("--config and --custom-generate cannot be combined: a recipe pairs with --model or none")
+        folder = export_custom_generate(args.directory, model=args.model, **card)
+    elif (args.config is None) == (args.model is None):
+        raise ValueError("pass one of --config NAME, --model PATH_OR_ID or --custom-generate")
     else:
-        folder = export_model_folder(args.directory, config_name=args.config, model=args.model)
+        folder = export_model_folder(args.directory, config_name=args.config, model=args.model, **card)
     print(f"wrote {folder}")
     return 0

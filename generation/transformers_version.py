@@ -1,0 +1,33 @@
+"""The transformers versions this code runs on, checked when it is imported.
+
+Exported remote code is loaded by whatever transformers the user has; an older one fails deep inside a class
+definition (4.x raises `StrictDataclassDefinitionError` on the config), so the check comes first and names the fix.
+"""
+
+import re
+
+import transformers
+
+TRANSFORMERS_REQUIREMENT = ">=5.24,<6"
+"""The same range as the package's dependency; `custom_generate/requirements.txt` is written from it."""
+
+_MINIMUM = (5, 24)
+_BELOW_MAJOR = 6
+
+
+def _major_minor(version: str) -> tuple[int, int]:
+    """(5, 25) from "5.25.0.dev0"; (0, 0) for a version string that does not start with two numbers."""
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return (int(match[1]), int(match[2])) if match else (0, 0)
+
+
+def check_transformers_version(version: str | None = None) -> None:
+    """Raise ImportError naming the supported range and the pip command unless `version` (default: the installed
+    transformers) is inside `TRANSFORMERS_REQUIREMENT`."""
+    version = transformers.__version__ if version is None else version
+    major, minor = _major_minor(version)
+    if (major, minor) < _MINIMUM or major >= _BELOW_MAJOR:
+        raise ImportError(
+            f"WeDLM needs transformers{TRANSFORMERS_REQUIREMENT}, but transformers {version} is installed. "
+            f"Run: pip install 'transformers{TRANSFORMERS_REQUIREMENT}'"
+        )
