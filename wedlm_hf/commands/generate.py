@@ -5,9 +5,11 @@ import time
 
 import torch
 
+from .generate_batch import add_batch_arguments, run_batch
+
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("prompt", help="text to continue")
+    parser.add_argument("prompt", nargs="?", help="text to continue (or --input for a file of rows)")
     parser.add_argument("--model", default=None, help="local path or Hub id (default: the embedded checkpoint)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--ar", action="store_true", help="plain greedy autoregressive decoding instead of WeDLM")
@@ -15,10 +17,13 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threshold", type=float, default=None, help="entropy threshold")
     parser.add_argument("--penalty", type=float, default=None, help="position penalty factor")
     parser.add_argument("--mask-token-id", type=int, default=None, help="for models whose config names none")
+    add_batch_arguments(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.input:
+        return run_batch(args)
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging
 
