@@ -10,6 +10,7 @@ import copy
 import time
 from contextlib import nullcontext
 from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
 import torch
 from accelerate import PartialState
@@ -43,7 +44,7 @@ def batch_generate(
     """
     rows = rows_from_items(rows)
     results = [None] * len(rows)
-    for finished in generate_in_rounds(
+    for finished, _ in generate_in_rounds(
         model, tokenizer, rows, batch_size=batch_size, max_batch_tokens=max_batch_tokens, progress=progress,
         **generate_kwargs,
     ):
@@ -61,8 +62,8 @@ def generate_in_rounds(
     max_batch_tokens: int | None = None,
     progress: bool = False,
     **generate_kwargs,
-) -> Iterator[list[tuple[int, dict]]]:
-    """Yield `(row index, result)` pairs round by round (one batch per process per round), on every process."""
+) -> Iterator["Round"]:
+    """Yield the results round by round (one batch per process per round), on every process."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"`batch_size` must be an integer >= 1, got {batch_size!r}.")
     if max_batch_tokens is not None and (not isinstance(max_batch_tokens, int) or max_batch_tokens < 1):
@@ -75,7 +76,7 @@ def generate_in_rounds(
             new_tokens[key] = _check_settings(model, row, {**generate_kwargs, **row.overrides})
     batches = plan_batches(rows, token_ids, batch_size, max_batch_tokens, new_tokens)
 
-    state = PartialState()
+    state = process_state()
     split = state.num_processes > 1 and getattr(model, "tp_size", None) is None
     per_round = state.num_processes if split else 1
     bar = tqdm(total=len(rows), unit="row", disable=not (progress and state.is_main_process), dynamic_ncols=True)
@@ -83,19 +84,44 @@ def generate_in_rounds(
     for first in range(0, len(batches), per_round):
         in_round = batches[first : first + per_round]
         with state.split_between_processes(in_round) if split else nullcontext(in_round) as mine:
-            finished, counts = [], [(0, 0)]
+            finished, work = [], [Work(state.process_index, 0, 0, 0)]
             for batch in mine:
                 batch_results, batch_tokens, batch_forwards = run_batch(model, tokenizer, batch, generate_kwargs)
                 finished += batch_results
-                counts = [(batch_tokens, batch_forwards)]
+                work = [Work(state.process_index, len(batch_results), batch_tokens, batch_forwards)]
         if split:
-            finished, counts = gather_object(finished), gather_object(counts)
-        tokens += sum(t for t, _ in counts)
-        forwards += sum(f for _, f in counts)
+            finished, work = gather_object(finished), gather_object(work)
+        tokens += sum(w.tokens for w in work)
+        forwards += sum(w.forwards for w in work)
         bar.update(len(finished))
         bar.set_postfix(tok_s=f"{tokens / (time.perf_counter() - start):.1f}", tok_fwd=f"{tokens / max(forwards, 1):.2f}")
-        yield finished
+        yield Round(finished, work)
     bar.close()
+
+
+def process_state() -> PartialState:
+    """accelerate's view of the launch (`accelerate launch`, `torchrun` or a plain process).
+
+    `PartialState` treats processes on a machine without an accelerator as one process each unless told `cpu=True`;
+    then they join one gloo group. An already initialised state (a user's `Accelerator`) is returned unchanged.
+    """
+    has_accelerator = torch.accelerator.is_available() if hasattr(torch, "accelerator") else torch.cuda.is_available()
+    return PartialState(cpu=not has_accelerator)
+
+
+class Work(NamedTuple):
+    """What one process did in a round (model forwards: batched calls, each counted once)."""
+
+    process: int
+    rows: int
+    tokens: int
+    forwards: int
+
+
+class Round(NamedTuple):
+    results: list[tuple[int, dict]]
+    """`(row index, result)` of every row finished in the round, on all processes."""
+    work: list[Work]
 
 
 def _check_settings(model: PreTrainedModel, row: PromptRow, kwargs: dict) -> int:
@@ -111,8 +137,9 @@ def _check_settings(model: PreTrainedModel, row: PromptRow, kwargs: dict) -> int
                 config, model.config, model.config.get_text_config().vocab_size,
                 **{key.removeprefix("wedlm_"): value for key, value in wedlm.items()},
             )
-    except (ValueError, TypeError) as error:
-        raise RowError(f"{row.where}: {error}") from None
+    except (ValueError, TypeError) as error:  # transformers' message spans lines: keep the ones naming the flag
+        lines = [line.strip(" -") for line in str(error).splitlines() if line.strip() and "pretrained model" not in line]
+        raise RowError(f"{row.where}: {' '.join(lines)}") from None
     if config.max_new_tokens is None:
         raise RowError(f"{row.where}: set `max_new_tokens` (for every row, or on this one).")
     return config.max_new_tokens

@@ -93,15 +93,15 @@ def _load(args: argparse.Namespace, state):
 
 def run_batch(args: argparse.Namespace) -> int:
     """Generate every row of --input not yet in --output; errors are one line on stderr and exit status 2."""
-    from accelerate import PartialState
     from accelerate.utils import broadcast_object_list
     from transformers.utils import logging
 
     from ..batch import RowError, generate_in_rounds, read_rows
+    from ..batch.generate import process_state
     from ..batch.output import append_results, done_ids, sort_output
 
     logging.disable_progress_bar()
-    state = PartialState()
+    state = process_state()
     try:
         _check_arguments(args)
         rows = read_rows(args.input)
@@ -123,7 +123,10 @@ def run_batch(args: argparse.Namespace) -> int:
             progress=not args.no_progress, **generation_options(args),
         )
         replace = args.overwrite  # the old output goes only once the new one has something to say
-        for finished in rounds:
+        rows_per_process = [0] * state.num_processes
+        for finished, work in rounds:
+            for done_by in work:
+                rows_per_process[done_by.process] += done_by.rows
             if state.is_main_process:
                 if replace:
                     open(args.output, "w").close()
@@ -137,5 +140,11 @@ def run_batch(args: argparse.Namespace) -> int:
         if replace or not os.path.exists(args.output):
             open(args.output, "w").close()  # an empty input gives an empty output
         sort_output(args.output, rows)
-        print(f"{len(todo)} rows generated, {len(rows) - len(todo)} already done; wrote {args.output}", file=sys.stderr)
+        shares = ", ".join(f"process {i}: {count}" for i, count in enumerate(rows_per_process))
+        if args.tp:
+            shares = f"tensor parallel over {state.num_processes} processes"
+        print(
+            f"{len(todo)} rows generated ({shares}), {len(rows) - len(todo)} already done; wrote {args.output}",
+            file=sys.stderr,
+        )
     return 0
