@@ -142,7 +142,7 @@ def run_batch(args: argparse.Namespace) -> int:
         sort_output(args.output, rows)
         shares = ", ".join(f"process {i}: {count}" for i, count in enumerate(rows_per_process))
         if args.tp:
-            shares = f"tensor parallel over {state.num_processes} processes"
+            shares = f"one model sharded over {model.tp_size} processes"
         print(
             f"{len(todo)} rows generated ({shares}), {len(rows) - len(todo)} already done; wrote {args.output}",
             file=sys.stderr,
