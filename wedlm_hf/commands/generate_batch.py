@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 HANDLED = {
     "command", "run", "batch_parser", "prompt", "model", "max_new_tokens", "ar", "window_size", "threshold",
@@ -123,10 +124,11 @@ def run_batch(args: argparse.Namespace) -> int:
             progress=not args.no_progress, **generation_options(args),
         )
         replace = args.overwrite  # the old output goes only once the new one has something to say
-        rows_per_process = [0] * state.num_processes
+        rows_per_process, tokens, start = [0] * state.num_processes, 0, time.perf_counter()
         for finished, work in rounds:
             for done_by in work:
                 rows_per_process[done_by.process] += done_by.rows
+                tokens += done_by.tokens
             if state.is_main_process:
                 if replace:
                     open(args.output, "w").close()
@@ -136,6 +138,7 @@ def run_batch(args: argparse.Namespace) -> int:
         if state.is_main_process:
             print(f"wedlm-hf generate: error: {error}", file=sys.stderr)
         return 2
+    seconds = time.perf_counter() - start
     if state.is_main_process:
         if replace or not os.path.exists(args.output):
             open(args.output, "w").close()  # an empty input gives an empty output
@@ -144,7 +147,8 @@ def run_batch(args: argparse.Namespace) -> int:
         if args.tp:
             shares = f"one model sharded over {model.tp_size} processes"
         print(
-            f"{len(todo)} rows generated ({shares}), {len(rows) - len(todo)} already done; wrote {args.output}",
+            f"{len(todo)} rows generated ({shares}), {len(rows) - len(todo)} already done; wrote {args.output}; "
+            f"generation {seconds:.2f} s, {len(todo) / seconds:.2f} rows/s, {tokens / seconds:.1f} tokens/s",
             file=sys.stderr,
         )
     return 0
