@@ -32,6 +32,7 @@ BIN = Path(sys.executable).parent
 SUMMARY = re.compile(r"generation ([\d.]+) s, ([\d.]+) rows/s, ([\d.]+) tokens/s")
 
 
+@torch.inference_mode()  # as batch_generate runs, so the ratio measures batching alone
 def per_prompt_loop(model, tokenizer, prompts: list[str], new_tokens: int) -> int:
     tokens = 0
     for prompt in prompts:

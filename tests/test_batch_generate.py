@@ -82,6 +82,19 @@ def test_api_equals_per_row_generate(model_and_tokenizer, per_row, batch_size):
     assert "drafted" in results[2]["stats"] and "drafted" not in results[0]["stats"]
 
 
+def test_api_autoregressive_equals_per_row_greedy(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    prompts = [ROWS[0]["prompt"], ROWS[1]["prompt"], ROWS[6]["prompt"]]
+    results = wedlm_hf.batch_generate(model, tokenizer, prompts, batch_size=3, decoding="ar", max_new_tokens=NEW_TOKENS)
+    for prompt, result in zip(prompts, results):
+        inputs = tokenizer(prompt, return_tensors="pt")
+        output = model.generate(**inputs, decoding="ar", max_new_tokens=NEW_TOKENS, do_sample=False)
+        tokens = output[0, inputs["input_ids"].shape[1] :].tolist()
+        assert result["continuation"] == tokenizer.decode(tokens, skip_special_tokens=True)
+        assert result["stats"]["tokens"] == len(tokens)
+        assert result["finish_reason"] == ("stop" if tokens[-1] == tokenizer.eos_token_id else "length")
+
+
 def test_api_token_budget_and_strings(model_and_tokenizer, per_row):
     model, tokenizer = model_and_tokenizer
     prompts = [ROWS[0]["prompt"], ROWS[6]["prompt"]]
@@ -118,6 +131,7 @@ def test_api_messages_use_the_chat_template(model_and_tokenizer):
         ('{"prompt": "a", "temperature": 0.7}', "line 3: .*`do_sample` is not set"),
         ('{"prompt": "a", "wedlm_lossless": true, "wedlm_blockwise": true}', "line 3: .*cannot be combined"),
         ('{"id": "add", "prompt": "a"}', "line 3: id 'add' already used at .* line 1"),
+        ('{"prompt": "a", "max_new_tokens": 5000}', "line 3: .* exceed the model's max_position_embeddings"),
     ],
 )
 def test_bad_line_names_it_and_keeps_the_output(tmp_path, capsys, line, message):

@@ -74,6 +74,13 @@ def generate_in_rounds(
         key = group_key(row.overrides)
         if key not in new_tokens:
             new_tokens[key] = _check_settings(model, row, {**generate_kwargs, **row.overrides})
+    limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+    for row, ids in zip(rows, token_ids):
+        if limit is not None and len(ids) + new_tokens[group_key(row.overrides)] > limit:
+            raise RowError(
+                f"{row.where}: {len(ids)} prompt tokens plus max_new_tokens={new_tokens[group_key(row.overrides)]} "
+                f"exceed the model's max_position_embeddings ({limit}); shorten the prompt or lower max_new_tokens."
+            )
     batches = plan_batches(rows, token_ids, batch_size, max_batch_tokens, new_tokens)
 
     state = process_state()
@@ -86,7 +93,7 @@ def generate_in_rounds(
         with state.split_between_processes(in_round) if split else nullcontext(in_round) as mine:
             finished, work = [], [Work(state.process_index, 0, 0, 0)]
             for batch in mine:
-                batch_results, batch_tokens, batch_forwards = run_batch(model, tokenizer, batch, generate_kwargs)
+                batch_results, batch_tokens, batch_forwards = generate_batch(model, tokenizer, batch, generate_kwargs)
                 finished += batch_results
                 work = [Work(state.process_index, len(batch_results), batch_tokens, batch_forwards)]
         if split:
@@ -145,7 +152,7 @@ def _check_settings(model: PreTrainedModel, row: PromptRow, kwargs: dict) -> int
     return config.max_new_tokens
 
 
-def run_batch(
+def generate_batch(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, batch: Batch, generate_kwargs: dict
 ) -> tuple[list[tuple[int, dict]], int, int]:
     """One left-padded `generate` call; its `(index, result)` pairs, generated tokens and model forwards."""
