@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import wedlm_hf
@@ -93,6 +92,8 @@ def test_api_autoregressive_equals_per_row_greedy(model_and_tokenizer):
         assert result["continuation"] == tokenizer.decode(tokens, skip_special_tokens=True)
         assert result["stats"]["tokens"] == len(tokens)
         assert result["finish_reason"] == ("stop" if tokens[-1] == tokenizer.eos_token_id else "length")
+    with pytest.raises(ValueError, match="row 1: wedlm_lossless need WeDLM decoding"):
+        wedlm_hf.batch_generate(model, tokenizer, [prompts[0], ROWS[2]], decoding="ar", max_new_tokens=NEW_TOKENS)
 
 
 def test_api_token_budget_and_strings(model_and_tokenizer, per_row):
