@@ -166,6 +166,8 @@ def test_existing_output_needs_resume_or_overwrite(tmp_path, capsys):
     assert [r["id"] for r in read_output(output)] == ["add"]
     assert main(["generate", "a prompt", "--input", str(source), "--output", str(output)]) == 2
     assert "either a prompt or --input" in capsys.readouterr().err
+    assert main(["generate", "a prompt", "--output", str(output)]) == 2
+    assert "need --input" in capsys.readouterr().err
 
 
 def test_cli_resume_after_a_torn_write(tmp_path, capsys, per_row):

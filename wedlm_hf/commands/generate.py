@@ -5,7 +5,7 @@ import time
 
 import torch
 
-from .generate_batch import add_batch_arguments, run_batch
+from .generate_batch import add_batch_arguments, run_batch, uses_batch_mode
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -22,7 +22,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.input:
+    if uses_batch_mode(args):
         return run_batch(args)
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging

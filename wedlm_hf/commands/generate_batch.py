@@ -12,12 +12,17 @@ import os
 import sys
 import time
 
+BATCH_OPTIONS = ("input", "output", "batch_size", "max_batch_tokens", "resume", "overwrite", "tp", "no_progress")
 HANDLED = {
     "command", "run", "batch_parser", "prompt", "model", "max_new_tokens", "ar", "window_size", "threshold",
-    "penalty", "mask_token_id", "input", "output", "batch_size", "max_batch_tokens", "resume", "overwrite", "tp",
-    "no_progress",
+    "penalty", "mask_token_id", *BATCH_OPTIONS,
 }
 """The `generate` options batch mode reads; any other option set on the command line is refused, not ignored."""
+
+
+def uses_batch_mode(args: argparse.Namespace) -> bool:
+    """True when any batch option is set, so `generate` hands over (and a batch option without --input is refused)."""
+    return any(getattr(args, key) != args.batch_parser.get_default(key) for key in BATCH_OPTIONS)
 
 
 def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,6 +63,8 @@ def _check_arguments(args: argparse.Namespace) -> None:
     ]
     if unhandled:
         raise ValueError(f"--{unhandled[0].replace('_', '-')} is not supported with --input.")
+    if not args.input:
+        raise ValueError("--output, --batch-size, --resume, --tp and the other batch options need --input.")
     if args.prompt is not None:
         raise ValueError("give either a prompt or --input, not both.")
     if not args.output:
