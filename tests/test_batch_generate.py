@@ -162,6 +162,9 @@ def test_existing_output_needs_resume_or_overwrite(tmp_path, capsys):
     args = ["generate", "--input", str(source), "--output", str(output), "--no-progress", "--max-new-tokens", "4"]
     assert main(args) == 2 and "pass --resume" in capsys.readouterr().err
     assert main(args + ["--resume"]) == 2 and "not in --input" in capsys.readouterr().err
+    output.write_text('garbage\n{"id": "add"}\n')
+    assert main(args + ["--resume"]) == 2 and "out.jsonl line 1: not a result line" in capsys.readouterr().err
+    assert output.read_text() == 'garbage\n{"id": "add"}\n'
     assert main(args + ["--overwrite"]) == 0
     assert [r["id"] for r in read_output(output)] == ["add"]
     assert main(["generate", "a prompt", "--input", str(source), "--output", str(output)]) == 2

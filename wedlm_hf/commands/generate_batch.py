@@ -113,10 +113,15 @@ def run_batch(args: argparse.Namespace) -> int:
     try:
         _check_arguments(args)
         rows = read_rows(args.input)
-        done = [set()]
+        done = [set(), None]  # ids already written, or the error reading them: every process must learn either
         if state.is_main_process and not args.overwrite:  # the output may live on the main node only
-            done = [done_ids(args.output)]
+            try:
+                done[0] = done_ids(args.output)
+            except (RowError, OSError) as error:
+                done[1] = str(error)
         broadcast_object_list(done)
+        if done[1]:
+            raise ValueError(done[1])
         input_ids = {json.dumps(row.id) for row in rows}
         strangers = done[0] - input_ids
         if strangers:
