@@ -200,7 +200,7 @@ def _free_port() -> int:
 
 
 def test_cli_resume_after_killing_the_run(tmp_path):
-    rows = [dict(row, id=f"{n}-{i}") for n in range(6) for i, row in enumerate(ROWS)]
+    rows = [dict(row, id=f"{n}-{i}") for n in range(4) for i, row in enumerate(ROWS)]
     source = write_rows(tmp_path / "in.jsonl", rows)
     output, uninterrupted = tmp_path / "out.jsonl", tmp_path / "uninterrupted.jsonl"
     args = ["generate", "--input", str(source), "--max-new-tokens", str(NEW_TOKENS), "--batch-size", "1", "--no-progress"]
