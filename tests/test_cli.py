@@ -106,7 +106,7 @@ def test_seeded_sampling_and_placement(capsys):
 
 @pytest.fixture
 def exported(tmp_path, capsys):
-    assert main(["export", str(tmp_path / "export"), "--config", "WeDLM-7B"]) == 0
+    assert main(["export", str(tmp_path / "export"), "--config", "WeDLM-7B-Base"]) == 0
     return tmp_path / "export"
 
 

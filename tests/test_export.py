@@ -97,7 +97,7 @@ OLD_TRANSFORMERS_SCRIPT = textwrap.dedent(
 @pytest.mark.parametrize("kind", ["model", "recipe"])
 def test_exported_code_refuses_an_old_transformers_clearly(tmp_path, kind):
     if kind == "model":
-        folder = export_model_folder(tmp_path / "export", config_name="WeDLM-8B")
+        folder = export_model_folder(tmp_path / "export", config_name="WeDLM-8B-Base")
     else:
         folder = export_custom_generate(tmp_path / "export")
     script = tmp_path / "old.py"
@@ -121,16 +121,16 @@ def _card(folder: Path) -> ModelCard:
 
 def test_model_folder_card_metadata_sections_and_repo_id(tmp_path):
     folder = export_model_folder(
-        tmp_path / "out", config_name="WeDLM-8B", repo_id="me/WeDLM-8B", base_model="org/WeDLM-8B"
+        tmp_path / "out", config_name="WeDLM-8B-Base", repo_id="me/WeDLM-8B-Base", base_model="org/WeDLM-8B-Base"
     )
     card = _card(folder)
     assert card.data.license == "apache-2.0"
     assert card.data.library_name == "transformers" and card.data.pipeline_tag == "text-generation"
     assert {"wedlm", "custom_code", "arxiv:2512.22737"} <= set(card.data.tags)
-    assert card.data.base_model == "org/WeDLM-8B"
+    assert card.data.base_model == "org/WeDLM-8B-Base"
     for section in ("## Usage", "## Requirements", "## Limitations"):
         assert section in card.text
-    assert 'from_pretrained("me/WeDLM-8B", trust_remote_code=True)' in card.text
+    assert 'from_pretrained("me/WeDLM-8B-Base", trust_remote_code=True)' in card.text
     assert f"transformers{TRANSFORMERS_REQUIREMENT}" in card.text
     assert "add the weights" in card.text  # config-only export
 
@@ -205,7 +205,7 @@ def test_custom_generate_refuses_a_wedlm_or_unsupported_model(saved_wedlm, tmp_p
     with pytest.raises(ValueError, match="export it without --custom-generate"):
         export_custom_generate(tmp_path / "a", model=saved_wedlm)
     gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2))
-    with pytest.raises(ValueError, match="Supported model types"):
+    with pytest.raises(ValueError, match="no rotary position embedding"):
         export_custom_generate(tmp_path / "b", model=gpt2)
 
 
@@ -257,8 +257,8 @@ def _export_args(directory: Path, **flags) -> argparse.Namespace:
     "flags, message",
     [
         ({}, "pass one of --config NAME, --model PATH_OR_ID or --custom-generate"),
-        ({"config": "WeDLM-8B", "model": "x"}, "pass one of"),
-        ({"config": "WeDLM-8B", "custom-generate": True}, "cannot be combined"),
+        ({"config": "WeDLM-8B-Base", "model": "x"}, "pass one of"),
+        ({"config": "WeDLM-8B-Base", "custom-generate": True}, "cannot be combined"),
     ],
 )
 def test_export_flags_that_do_not_fit_together_are_refused(tmp_path, flags, message):

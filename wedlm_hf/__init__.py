@@ -7,6 +7,7 @@ from pathlib import Path
 
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
+from .batch import batch_generate
 from .generation import (
     WeDLMCache,
     WeDLMGenerateOutput,
@@ -39,6 +40,7 @@ __all__ = [
     "WeDLMModel",
     "WeDLMSettings",
     "WeDLMStats",
+    "batch_generate",
     "enable",
     "wedlm_decode",
 ]

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 import wedlm_hf
+from wedlm_hf.commands.generate_batch import add_batch_arguments, run_batch, uses_batch_mode
 from wedlm_hf.generation.settings import (
     DEFAULT_ENTROPY_THRESHOLD,
     DEFAULT_POS_PENALTY_FACTOR,
@@ -77,6 +78,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"], help="'auto': the checkpoint's"
     )
     placement.add_argument("--device", default="auto", help="'auto': cuda if available, else cpu; or e.g. cpu, cuda:1")
+    add_batch_arguments(parser)
     parser.set_defaults(run=run)
 
 
@@ -180,6 +182,8 @@ def stats_line(output, count: int, seconds: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if uses_batch_mode(args):
+        return run_batch(args, generation_options(args))
     from transformers import TextStreamer, set_seed
 
     prompt = read_prompt(args)

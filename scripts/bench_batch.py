@@ -1,0 +1,115 @@
+"""Issue 15: what batching and a second process buy `wedlm-hf generate --input` on this machine.
+
+On the embedded checkpoint and held-out stdlib code prompts (greedy WeDLM, the checkpoint's settings), times, in
+one run and interleaved per repeat: a per-prompt loop of `model.generate`, `wedlm_hf.batch_generate` at batch sizes
+1/4/16 (one process), and the CLI on one process vs two (`accelerate launch --multi_gpu --num_processes 2`, which
+on a CPU-only machine starts two gloo processes); the CLI arms time generation only (the summary line), not the
+model load. Every process runs one torch thread. Prints rows/s, tokens/s and the median paired ratio of each
+arm's tokens/s to the per-prompt loop (the 2-process arm: to the 1-process CLI arm).
+
+    python scripts/bench_batch.py [--rows 32] [--new-tokens 32] [--repeats 2] [--cli-batch-size 4]
+"""
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging
+
+import wedlm_hf
+from wedlm_hf.bench.prompts import code_prompts
+
+BIN = Path(sys.executable).parent
+SUMMARY = re.compile(r"generation ([\d.]+) s, ([\d.]+) rows/s, ([\d.]+) tokens/s")
+
+
+@torch.inference_mode()  # as batch_generate runs, so the ratio measures batching alone
+def per_prompt_loop(model, tokenizer, prompts: list[str], new_tokens: int) -> int:
+    tokens = 0
+    for prompt in prompts:
+        inputs = tokenizer(prompt, return_tensors="pt")
+        output = model.generate(**inputs, max_new_tokens=new_tokens, do_sample=False, return_dict_in_generate=True)
+        tokens += output.wedlm_stats.total_generated
+    return tokens
+
+
+def batched(model, tokenizer, prompts: list[str], new_tokens: int, batch_size: int) -> int:
+    results = wedlm_hf.batch_generate(model, tokenizer, prompts, batch_size=batch_size, max_new_tokens=new_tokens)
+    return sum(result["stats"]["tokens"] for result in results)
+
+
+def cli(source: Path, processes: int, new_tokens: int, batch_size: int) -> tuple[float, float]:
+    """rows/s and tokens/s of the CLI's generation phase, read from its summary line."""
+    output = source.with_suffix(f".{processes}.out.jsonl")
+    launcher = [str(BIN / "wedlm-hf")]
+    if processes > 1:
+        launcher = [str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", str(processes),
+                    "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                    "-m", "wedlm_hf.cli"]
+    command = [*launcher, "generate", "--input", str(source), "--output", str(output), "--overwrite",
+               "--max-new-tokens", str(new_tokens), "--batch-size", str(batch_size), "--no-progress"]
+    run = subprocess.run(command, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True)
+    match = SUMMARY.search(run.stderr)
+    if run.returncode or not match:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{run.stderr[-2000:]}")
+    return float(match.group(2)), float(match.group(3))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=32)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--cli-batch-size", type=int, default=4)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    logging.disable_progress_bar()
+    tokenizer = AutoTokenizer.from_pretrained(wedlm_hf.DEFAULT_MODEL)
+    model = AutoModelForCausalLM.from_pretrained(wedlm_hf.DEFAULT_MODEL).eval()
+    prompts = code_prompts(args.rows)
+    arms = {
+        "per-prompt loop": lambda: per_prompt_loop(model, tokenizer, prompts, args.new_tokens),
+        **{
+            f"batch_generate, batch {size}": (lambda size=size: batched(model, tokenizer, prompts, args.new_tokens, size))
+            for size in (1, 4, 16)
+        },
+    }
+    batched(model, tokenizer, prompts[:4], args.new_tokens, 4)  # warm-up: first-call costs belong to no arm
+    speeds: dict[str, list[tuple[float, float]]] = {name: [] for name in [*arms, "CLI, 1 process", "CLI, 2 processes"]}
+    with tempfile.TemporaryDirectory() as folder:
+        source = Path(folder) / "rows.jsonl"
+        source.write_text("".join(json.dumps({"id": i, "prompt": p}) + "\n" for i, p in enumerate(prompts)))
+        for repeat in range(args.repeats):
+            for name, arm in arms.items():
+                start = time.perf_counter()
+                tokens = arm()
+                seconds = time.perf_counter() - start
+                speeds[name].append((len(prompts) / seconds, tokens / seconds))
+            for processes in (1, 2):
+                label = f"CLI, {processes} process{'es' if processes > 1 else ''}"
+                speeds[label].append(cli(source, processes, args.new_tokens, args.cli_batch_size))
+            print(f"repeat {repeat + 1}/{args.repeats} done", file=sys.stderr)
+
+    print(f"{len(prompts)} code prompts, {args.new_tokens} new tokens max, embedded checkpoint, "
+          f"{args.repeats} interleaved repeats, 1 torch thread per process; CLI arms at --batch-size {args.cli_batch_size}")
+    print("| arm | rows/s | tokens/s | tokens/s vs baseline (median paired ratio) |")
+    print("|---|---|---|---|")
+    for name, runs in speeds.items():
+        baseline = speeds["CLI, 1 process" if name == "CLI, 2 processes" else "per-prompt loop"]
+        ratio = statistics.median(t / b for (_, t), (_, b) in zip(runs, baseline))
+        against = "1-process CLI" if name == "CLI, 2 processes" else "per-prompt loop"
+        print(f"| {name} | {statistics.median(r for r, _ in runs):.2f} | {statistics.median(t for _, t in runs):.1f} "
+              f"| {ratio:.2f}x ({against}) |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""One batch through `model.generate`: left-padded prompts in, one result per row out.
+
+A result's `finish_reason` is "stop" when the row ended on EOS or a stop string and "length" when it used all
+its `max_new_tokens`. Row statistics come from the WeDLM stats, which do not depend on the batch a row ran in.
+"""
+
+import torch
+from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
+
+from .plan import Batch
+
+
+def generate_batch(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, batch: Batch, generate_kwargs: dict
+) -> tuple[list[tuple[int, dict]], int, int]:
+    """One left-padded `generate` call; its `(index, result)` pairs, generated tokens and model forwards."""
+    kwargs = {**generate_kwargs, **batch.overrides, "return_dict_in_generate": True}
+    config = model.generation_config
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else config.pad_token_id
+    eos_ids = _eos_ids(tokenizer, config)
+    if pad_id is None:
+        pad_id = eos_ids[0] if eos_ids else 0
+    longest = batch.longest
+    input_ids = torch.full((len(batch.rows), longest), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    for i, ids in enumerate(batch.token_ids):
+        input_ids[i, longest - len(ids) :] = torch.tensor(ids)
+        attention_mask[i, longest - len(ids) :] = 1
+    if kwargs.get("stop_strings"):
+        kwargs["tokenizer"] = tokenizer
+    with torch.inference_mode():
+        output = model.generate(
+            input_ids=input_ids.to(model.device), attention_mask=attention_mask.to(model.device), **kwargs
+        )
+    new = output.sequences[:, longest:].tolist()
+    stats = getattr(output, "wedlm_stats", None)
+    max_new_tokens = kwargs.get("max_new_tokens", config.max_new_tokens)
+    stop_strings = kwargs.get("stop_strings") or []
+    stop_strings = [stop_strings] if isinstance(stop_strings, str) else stop_strings
+    results, total_tokens = [], 0
+    for i, row in enumerate(batch.rows):
+        length = stats.generated[i] if stats is not None else _ar_length(new[i], eos_ids, pad_id, bool(stop_strings))
+        tokens = new[i][:length]
+        text = tokenizer.decode(tokens, skip_special_tokens=True)
+        stopped = length < max_new_tokens or (tokens and tokens[-1] in eos_ids) or any(
+            tokenizer.decode(tokens).endswith(s) for s in stop_strings
+        )
+        row_stats = {"prompt_tokens": len(batch.token_ids[i]), "tokens": length}
+        if stats is not None:
+            row_stats["forwards"] = stats.forwards[i]
+            row_stats["tokens_per_forward"] = round(stats.tokens_per_forward[i], 3)
+            if stats.drafted is not None:
+                row_stats["drafted"], row_stats["accepted"] = stats.drafted[i], stats.accepted[i]
+        result = {"id": row.id, "continuation": text, "finish_reason": "stop" if stopped else "length", "stats": row_stats}
+        results.append((row.index, result))
+        total_tokens += length
+    forwards = stats.model_calls if stats is not None else len(new[0])
+    return results, total_tokens, forwards
+
+
+def _eos_ids(tokenizer: PreTrainedTokenizerBase, config: GenerationConfig) -> list[int]:
+    eos = config.eos_token_id if config.eos_token_id is not None else tokenizer.eos_token_id
+    return [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+
+
+def _ar_length(tokens: list[int], eos_ids: list[int], pad_id: int, stop_strings: bool) -> int:
+    """Length of an autoregressive row: through its first EOS; after a stop string transformers pads the tail."""
+    for position, token in enumerate(tokens):
+        if token in eos_ids:
+            return position + 1
+    if stop_strings:
+        while tokens and tokens[-1] == pad_id:
+            tokens = tokens[:-1]
+    return len(tokens)
