@@ -32,8 +32,8 @@ def model_folder_card(
     repo_id: str, *, has_weights: bool, license: str, base_model: str | None, transformers_requirement: str
 ) -> ModelCard:
     """Card of a remote-code WeDLM model folder; `repo_id` is what its snippet loads."""
-    weights = (
-        "" if has_weights else "\nThis repository holds the configuration and code only; add the weights next to them.\n"
+    weights = "" if has_weights else (
+        "\nThis repository holds the configuration and code only; add the weights and tokenizer next to them.\n"
     )
     base = f"\nWeights: `{base_model}`.\n" if base_model else ""
     return ModelCard(
