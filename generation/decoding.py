@@ -354,7 +354,8 @@ def reject_unsupported(generation_config: GenerationConfig, options: dict | None
     if given("cache_implementation") is not None:
         raise UnsupportedRequest(
             f"`cache_implementation={given('cache_implementation')!r}`: WeDLM decoding builds its own cache "
-            "(`WeDLMCache`, which crops what a window forward wrote); drop `cache_implementation`."
+            "(`WeDLMCache`, which crops what a window forward wrote); drop `cache_implementation` (pass "
+            "`cache_implementation=None` where the generation config sets it)."
         )
     if given("use_cache") is False:
         raise UnsupportedRequest(

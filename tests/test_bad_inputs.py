@@ -171,3 +171,13 @@ def test_options_wedlm_cannot_honour_in_a_generation_config(model):
     config.output_hidden_states = True
     with pytest.raises(ValueError, match="output_hidden_states"):
         generate(model, input_ids, attention_mask, generation_config=config)
+
+
+def test_cache_implementation_from_the_generation_config_can_be_overridden(model):
+    input_ids, attention_mask = random_prompts([4])
+    config = copy.deepcopy(model.generation_config)
+    config.cache_implementation = "static"
+    with pytest.raises(ValueError, match="cache_implementation=None"):
+        generate(model, input_ids, attention_mask, generation_config=config)
+    out = generate(model, input_ids, attention_mask, generation_config=config, cache_implementation=None)
+    assert torch.equal(out.sequences, generate(model, input_ids, attention_mask).sequences)

@@ -115,7 +115,9 @@ def generation_options(args: argparse.Namespace) -> dict:
             raise ValueError(f"{given} set WeDLM decoding, which --ar turns off: drop one or the other")
         options["decoding"] = "ar"
     else:
-        options.update(decoding="wedlm", wedlm_lossless=args.lossless, **wedlm)
+        options.update(decoding="wedlm", **wedlm)
+        if args.lossless:  # otherwise the generation config decides
+            options["wedlm_lossless"] = True
     for name in ("temperature", "top_p"):
         if getattr(args, name) is not None:
             if not args.do_sample:
