@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -54,14 +55,21 @@ def cli(source: Path, processes: int, new_tokens: int, batch_size: int) -> tuple
     if processes > 1:
         launcher = [str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", str(processes),
                     "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-                    "-m", "wedlm_hf.cli"]
+                    "--main_process_port", str(free_port()), "-m", "wedlm_hf.cli"]
     command = [*launcher, "generate", "--input", str(source), "--output", str(output), "--overwrite",
                "--max-new-tokens", str(new_tokens), "--batch-size", str(batch_size), "--no-progress"]
     run = subprocess.run(command, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True)
     match = SUMMARY.search(run.stderr)
     if run.returncode or not match:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{run.stderr[-2000:]}")
+        raise RuntimeError(f"{' '.join(command)} failed:\n{run.stderr[-6000:]}")
     return float(match.group(2)), float(match.group(3))
+
+
+def free_port() -> int:
+    """A port no other job on the machine holds (accelerate's default 29500 may be taken)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def main() -> None:
