@@ -4,6 +4,10 @@ transformers infers *packed sequences* from non-monotonic `position_ids` when it
 (masking_utils) and, on FlashAttention, whenever a batch of one arrives without a mask. A WeDLM window's RoPE
 positions are deliberately non-monotonic, so every forward must carry an explicit mask, plus explicit
 `cu_seq_lens_*` for FlashAttention (whose mask builder drops an all-ones mask).
+
+A window forward's mask is prebuilt here in the 4D form the SDPA and eager attention functions take: transformers'
+`create_causal_mask` returns a 4D mask as it is, so no mask is rebuilt per forward (a query longer than one token
+over a cache otherwise always takes the full mask-building path, with a host sync in it).
 """
 
 import torch
@@ -12,6 +16,24 @@ from transformers import PreTrainedConfig
 
 def uses_flash_attention(config: PreTrainedConfig) -> bool:
     return "flash" in str(getattr(config, "_attn_implementation", "") or "")
+
+
+def prebuilt_attention_mask(
+    config: PreTrainedConfig, key_valid: torch.Tensor, query_length: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """The attention mask of a forward whose `query_length` queries are the last columns of `key_valid` (batch,
+    keys): each query sees the valid keys up to its own column. 4D (batch, 1, queries, keys) for SDPA (boolean)
+    and eager attention (additive); the 2D key mask for every other implementation, which builds its own."""
+    implementation = getattr(config, "_attn_implementation", None)
+    if implementation not in ("sdpa", "eager"):
+        return key_valid.long()
+    key_length = key_valid.shape[1]
+    keys = torch.arange(key_length, device=key_valid.device)
+    causal = keys[None, :] <= keys[key_length - query_length :, None]
+    mask = key_valid[:, None, None, :] & causal
+    if implementation == "eager":
+        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
+    return mask
 
 
 def explicit_attention_kwargs(
