@@ -20,8 +20,6 @@ import torch
 from .decoding import WindowDecoder
 from .outputs import WeDLMStats
 
-FIRST_DRAFTS = 2
-"""Adaptive schedule: drafts per forward at the start."""
 LONGEST_AR_RUN = 32
 """Adaptive schedule: the most AR-only forwards a row takes before it tries one draft again."""
 
@@ -32,10 +30,12 @@ class LosslessDecoder(WindowDecoder):
     duplicates the certain token's AR prediction), and `draft_limit` 0 is one-token AR.
 
     `wedlm_draft_schedule="adaptive"` follows recent acceptance, as transformers' assisted generation adapts its
-    draft length: start at `FIRST_DRAFTS`; after a forward that accepts every draft, double plus one (up to
-    `window_size - 2`); after a rejection, as many as were accepted. A row at zero drafts runs AR and tries one
-    draft again after `probe_wait` forwards, a wait that doubles (to `LONGEST_AR_RUN`) each time no draft is
-    accepted and resets when one is. `"full"` drafts every slot of a `window_size` window, always.
+    draft length: start at the most (`window_size - 2`: a WeDLM-trained model's drafts are mostly right, and a
+    small start cost 2 of 8 forwards on the embedded checkpoint's counting prompts); after a rejection before half
+    the limit, as many as were accepted (a later rejection keeps it); after a forward that accepts every draft,
+    double plus one, up to the most. A row at zero drafts runs AR and tries one draft again after `probe_wait`
+    forwards, a wait that doubles (to `LONGEST_AR_RUN`) each time no draft is accepted and resets when one is.
+    `"full"` drafts every slot of a `window_size` window, always.
     """
 
     ROW_STATE = WindowDecoder.ROW_STATE + ("draft_limit", "ar_run", "probe_wait", "mask_predicted")
@@ -55,7 +55,7 @@ class LosslessDecoder(WindowDecoder):
         )
         self.adaptive = self.settings.draft_schedule == "adaptive"
         self.most_drafts = max(self.settings.window_size - 2, 0)
-        self.draft_limit = torch.full_like(self.window_length, min(FIRST_DRAFTS, self.most_drafts))
+        self.draft_limit = torch.full_like(self.window_length, self.most_drafts)
         self.ar_run = torch.zeros_like(self.window_length)
         self.probe_wait = torch.ones_like(self.window_length)
         self.mask_predicted = torch.zeros_like(self.done)
@@ -146,7 +146,7 @@ class LosslessDecoder(WindowDecoder):
         """The adaptive schedule's update of `draft_limit` from this forward's verification (see the class)."""
         all_accepted = (drafts > 0) & ~corrected
         limit = torch.where(all_accepted, (2 * self.draft_limit + 1).clamp(max=self.most_drafts), self.draft_limit)
-        limit = torch.where(corrected, accepted, limit)
+        limit = torch.where(corrected & (2 * accepted < self.draft_limit), accepted, limit)
         self.probe_wait = torch.where(
             accepted > 0,
             torch.ones_like(self.probe_wait),
