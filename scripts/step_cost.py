@@ -107,7 +107,8 @@ def load_smollm2():
     name = next(f for f in os.listdir(folder) if f.endswith(".gguf"))
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     model = wedlm_hf.enable(AutoModelForCausalLM.from_pretrained(folder, gguf_file=name).eval())
-    model.generation_config = GenerationConfig(pad_token_id=tokenizer.eos_token_id)
+    # not WeDLM-trained, so no mask token: lossless mode needs only an id greedy never predicts (the last one)
+    model.generation_config = GenerationConfig(pad_token_id=tokenizer.eos_token_id, mask_token_id=len(tokenizer) - 1)
     return model, tokenizer
 
 
