@@ -12,7 +12,7 @@ from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel,
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 from transformers.generation.streamers import BaseStreamer
 
-from .attention import flash_sequence_lengths, prebuilt_attention_mask
+from .attention import flash_sequence_lengths, prebuilt_attention_mask, window_attention
 from .cache import WeDLMCache
 from .outputs import WeDLMGenerateOutput, WeDLMStats
 from .processors import check_processors
@@ -246,20 +246,22 @@ class WindowDecoder:
             position_ids = torch.cat([self.prompt_positions, position_ids], dim=1)
             self.pending_prompt = None
         past_length = self.cache.get_seq_length()
-        logits = self.model(
-            input_ids=input_ids,
-            attention_mask=prebuilt_attention_mask(
-                self.model.config, self.cache.key_valid(fed_live), input_ids.shape[1], self.model.dtype
-            ),
-            position_ids=position_ids,
-            cache=self.cache,
-            use_cache=True,
-            # with the prompt, one more: the last prompt token's logits, the AR prediction of the first new token
-            logits_to_keep=keep + int(prompt_pending),
-            **flash_sequence_lengths(
-                self.model.config, input_ids.shape[0], input_ids.shape[1], past_length, input_ids.device
-            ),
-        ).logits
+        attention_mask = prebuilt_attention_mask(
+            self.model.config, self.cache.key_valid(fed_live), input_ids.shape[1], self.model.dtype
+        )
+        with window_attention(self.model.config):
+            logits = self.model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                cache=self.cache,
+                use_cache=True,
+                # with the prompt, one more: the last prompt token's logits, the AR prediction of the first new token
+                logits_to_keep=keep + int(prompt_pending),
+                **flash_sequence_lengths(
+                    self.model.config, input_ids.shape[0], input_ids.shape[1], past_length, input_ids.device
+                ),
+            ).logits
         self.prompt_logits = logits[:, 0] if prompt_pending else None
         self.stats.model_calls += 1
         self.total_forwards[self.rows] += 1

@@ -1,6 +1,7 @@
 """The cached, batched WeDLM decoder against the cache-free reference, and its contract."""
 
 import pytest
+import transformers
 import torch
 from tiny_models import EOS_ID, FAMILIES, MASK_ID, PAD_ID, random_prompts, tiny_model
 
@@ -215,3 +216,29 @@ def test_streamer_put_count_equals_generated_tokens():
         commits = output.wedlm_stats.commit_steps[0]
         assert max(commits.count(step) for step in commits) > 1, "some step commits several tokens"
         assert streamer.tokens == input_ids[0].tolist() + output.sequences[0, 6:].tolist()
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_prebuilt_masks_match_reference_and_leave_the_model_as_it_was(attn, monkeypatch):
+    """Window forwards get a prebuilt 4D mask (additive for eager, boolean for SDPA, where the registered window
+    attention keeps grouped K/V grouped); tokens equal the cache-free reference, and the model's attention
+    implementation is its own again after every forward."""
+    from wedlm_hf.generation import attention
+
+    model = tiny_model("qwen3", seed=5, peak=40, attn=attn)
+    window_calls = []
+    original = attention.window_sdpa_attention
+
+    def counting(*args, **kwargs):
+        window_calls.append(model.config._attn_implementation)
+        return original(*args, **kwargs)
+
+    monkeypatch.setitem(transformers.AttentionInterface._global_mapping, attention.WINDOW_SDPA, counting)
+    input_ids, attention_mask = random_prompts([4, 9], seed=5)
+    output = wedlm_generate(model, input_ids, attention_mask, wedlm_entropy_threshold=1.0)
+    for row in range(2):
+        prompt = input_ids[row][attention_mask[row].bool()].tolist()
+        expected, _ = reference_decode(model, prompt, MAX_NEW, MASK_ID, [EOS_ID], 16, 1.0, 0.02)
+        assert continuation(output, row, input_ids.shape[1]) == expected
+    assert model.config._attn_implementation == attn
+    assert len(window_calls) == (model.config.num_hidden_layers * output.wedlm_stats.model_calls if attn == "sdpa" else 0)
