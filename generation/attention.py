@@ -4,14 +4,83 @@ transformers infers *packed sequences* from non-monotonic `position_ids` when it
 (masking_utils) and, on FlashAttention, whenever a batch of one arrives without a mask. A WeDLM window's RoPE
 positions are deliberately non-monotonic, so every forward must carry an explicit mask, plus explicit
 `cu_seq_lens_*` for FlashAttention (whose mask builder drops an all-ones mask).
+
+A window forward's mask is prebuilt here in the 4D form the SDPA and eager attention functions take: transformers'
+`create_causal_mask` returns a 4D mask as it is, so no mask is rebuilt per forward (a query longer than one token
+over a cache otherwise always takes the full mask-building path, with a host sync in it).
+
+With a mask, transformers' SDPA function copies K/V per query head (`repeat_kv`): it enables SDPA's grouped-query
+mode only without a mask, because CUDA's masked kernels lack it. On the CPU the masked kernel has it, so window
+forwards there run through `WINDOW_SDPA`, an attention function registered with transformers'
+`AttentionInterface` (and `AttentionMaskInterface`, as SDPA's), selected for the duration of one forward.
 """
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
-from transformers import PreTrainedConfig
+from transformers import AttentionInterface, PreTrainedConfig
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+WINDOW_SDPA = "wedlm_window_sdpa"
+
+
+def window_sdpa_attention(module: torch.nn.Module, query, key, value, attention_mask, **kwargs):
+    """SDPA with grouped-query K/V kept grouped under a prebuilt boolean 4D mask, on the CPU; transformers' own
+    SDPA function in every other case."""
+    groups = getattr(module, "num_key_value_groups", 1)
+    if (
+        groups == 1
+        or query.device.type != "cpu"
+        or attention_mask is None
+        or attention_mask.dtype != torch.bool
+        or kwargs.get("position_bias") is not None
+    ):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    output = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask, scale=kwargs.get("scaling"), enable_gqa=True
+    )
+    return output.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(WINDOW_SDPA, window_sdpa_attention)
+ALL_MASK_ATTENTION_FUNCTIONS.register(WINDOW_SDPA, sdpa_mask)
+
+
+@contextlib.contextmanager
+def window_attention(config: PreTrainedConfig) -> Iterator[None]:
+    """For one window forward of an SDPA model: `WINDOW_SDPA` as its attention function, then SDPA again."""
+    if getattr(config, "_attn_implementation", None) != "sdpa":
+        yield
+        return
+    config._attn_implementation = WINDOW_SDPA
+    try:
+        yield
+    finally:
+        config._attn_implementation = "sdpa"
 
 
 def uses_flash_attention(config: PreTrainedConfig) -> bool:
     return "flash" in str(getattr(config, "_attn_implementation", "") or "")
+
+
+def prebuilt_attention_mask(
+    config: PreTrainedConfig, key_valid: torch.Tensor, query_length: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """The attention mask of a forward whose `query_length` queries are the last columns of `key_valid` (batch,
+    keys): each query sees the valid keys up to its own column. 4D (batch, 1, queries, keys) for SDPA (boolean)
+    and eager attention (additive); the 2D key mask for every other implementation, which builds its own."""
+    implementation = getattr(config, "_attn_implementation", None)
+    if implementation not in ("sdpa", "eager"):
+        return key_valid.long()
+    key_length = key_valid.shape[1]
+    keys = torch.arange(key_length, device=key_valid.device)
+    causal = keys[None, :] <= keys[key_length - query_length :, None]
+    mask = key_valid[:, None, None, :] & causal
+    if implementation == "eager":
+        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
+    return mask
 
 
 def explicit_attention_kwargs(

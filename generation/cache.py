@@ -7,6 +7,9 @@ padding are never attended to. Keys carry their RoPE rotation already, so K/V co
 `compact` right-aligns every row's valid columns and drops columns no row uses. It runs whenever more than
 `max_wasted_slots` columns could be freed, which bounds the wasted slots per row to `max_wasted_slots` plus the
 batch's spread of valid lengths (the left padding any rectangular batch needs).
+
+The decoder reads the sizes this needs (largest commit, longest row) in its one host sync per step and passes
+them in, so the cache itself never reads a device value.
 """
 
 import torch
@@ -17,27 +20,28 @@ class WeDLMCache(DynamicCache):
     def __init__(self, key_mask: torch.Tensor, max_wasted_slots: int = 32):
         super().__init__()
         self.key_mask = key_mask.bool()
-        """(batch, cached columns + pending window): which K/V columns a query may attend to."""
+        """(batch, committed columns): which cached K/V columns a query may attend to."""
         self.valid_per_row = self.key_mask.sum(1)
         self.max_wasted_slots = max_wasted_slots
 
-    def attention_mask(self, window_valid: torch.Tensor) -> torch.Tensor:
-        """2D mask for the next forward: the cached columns, then this window's live slots."""
-        return torch.cat([self.key_mask, window_valid.bool()], dim=1).long()
+    def key_valid(self, window_valid: torch.Tensor) -> torch.Tensor:
+        """Which keys the next forward may attend to: the committed columns, then this window's live slots."""
+        return torch.cat([self.key_mask, window_valid.bool()], dim=1)
 
-    def commit(self, num_committed: torch.Tensor, window_length: int) -> None:
-        """After a forward over `window_length` slots, keep each row's first `num_committed` window K/V."""
-        kept = int(num_committed.max()) if num_committed.numel() else 0
+    def commit(self, num_committed: torch.Tensor, kept: int, longest_valid: int) -> None:
+        """After a forward, keep each row's first `num_committed` window K/V; `kept` is `num_committed.max()`
+        and `longest_valid` the largest `valid_per_row` after this commit, both read by the caller."""
+        window_length = self.get_seq_length() - self.key_mask.shape[1]
         self.crop(kept - window_length)
         slots = torch.arange(kept, device=num_committed.device)
         self.key_mask = torch.cat([self.key_mask, slots[None, :] < num_committed[:, None]], dim=1)
         self.valid_per_row = self.valid_per_row + num_committed
-        if self.key_mask.shape[1] - int(self.valid_per_row.max()) > self.max_wasted_slots:
-            self.compact()
+        if self.key_mask.shape[1] - longest_valid > self.max_wasted_slots:
+            self.compact(longest_valid)
 
-    def compact(self) -> None:
-        """Move each row's valid columns to the right end, in order, and drop the columns no row uses."""
-        width = int(self.valid_per_row.max())
+    def compact(self, width: int) -> None:
+        """Move each row's valid columns to the right end, in order, and keep the last `width` columns (the
+        longest row's valid count)."""
         order = torch.sort(self.key_mask.to(torch.int8), dim=1, stable=True).indices[:, -width:]
         for layer in self.layers:
             if not layer.is_initialized:

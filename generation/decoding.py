@@ -13,7 +13,7 @@ from transformers.generation.configuration_utils import GenerationMode
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 from transformers.generation.streamers import BaseStreamer
 
-from .attention import flash_sequence_lengths
+from .attention import flash_sequence_lengths, prebuilt_attention_mask, window_attention
 from .cache import WeDLMCache
 from .outputs import WeDLMGenerateOutput, WeDLMStats
 from .processors import check_processors
@@ -23,7 +23,14 @@ from .support import check_supported
 
 
 class WindowDecoder:
-    """Decoding state of one `generate` call: the active rows' windows, counters and the output buffer."""
+    """Decoding state of one `generate` call: the active rows' windows, counters and the output buffer.
+
+    A step reads the device once (`_begin_step`): the next forward's width, and which rows are still running.
+    Everything else is dense, fixed-shape tensor work over the batch, so a GPU never waits on the host mid-step.
+    """
+
+    ROW_STATE = ("rows", "window", "window_length", "generated", "first_position", "window_fill_step", "done")
+    """Per-row tensors (first dimension: the running rows) that a finished row leaves."""
 
     def __init__(
         self,
@@ -49,14 +56,17 @@ class WindowDecoder:
             c for c in stopping_criteria if not isinstance(c, (MaxLengthCriteria, EosTokenCriteria))
         ]
         self.streamer = streamer
-        self.eos_ids = generation_config._eos_token_tensor
+        eos_ids = generation_config._eos_token_tensor
+        self.eos_ids = eos_ids.to(device) if eos_ids is not None else None
         pad_id = generation_config._pad_token_tensor
-        pad_id = int(pad_id) if pad_id is not None else (int(self.eos_ids.flatten()[0]) if self.eos_ids is not None else 0)
+        pad_id = int(pad_id) if pad_id is not None else (int(eos_ids.flatten()[0]) if eos_ids is not None else 0)
         self.keep_scores = bool(generation_config.output_scores)
         self.keep_logits = bool(generation_config.output_logits)
 
+        # one column past the output: dense writes aim every slot they do not commit there
+        self.discard = self.max_new_tokens
         self.sequences = torch.full(
-            (batch_size, self.prompt_length + self.max_new_tokens), pad_id, dtype=torch.long, device=device
+            (batch_size, self.prompt_length + self.max_new_tokens + 1), pad_id, dtype=torch.long, device=device
         )
         self.sequences[:, : self.prompt_length] = input_ids
         self.pad_id = pad_id
@@ -66,38 +76,49 @@ class WindowDecoder:
         self.window = torch.full((batch_size, self.width), self.mask_id, dtype=torch.long, device=device)
         self.window_length = torch.full((batch_size,), first_window, dtype=torch.long, device=device)
         self.generated = torch.zeros(batch_size, dtype=torch.long, device=device)
+        self.done = torch.zeros(batch_size, dtype=torch.bool, device=device)
+        """Rows whose commit ended them (EOS, a stopping criterion, max_new_tokens); they leave at the next sync."""
         self.prompt_positions = (prompt_mask.long().cumsum(1) - 1).clamp(min=0)
         self.first_position = prompt_mask.long().sum(1)
         self.pending_prompt = input_ids  # fed together with the first window
         self.prompt_logits = None  # after that forward: the AR logits of each row's last prompt token
         self.cache = WeDLMCache(key_mask=prompt_mask)
+        self.cache_commit = None
+        """Per row, how many K/V of the last forward's window to keep; applied at the next step's sync."""
         vocab = model.config.get_text_config().vocab_size
         self.window_scores = self._score_buffer(batch_size, vocab, device) if self.keep_scores else None
         self.window_logits = self._score_buffer(batch_size, vocab, device) if self.keep_logits else None
-        self.token_scores = self._score_buffer(batch_size, vocab, device, self.max_new_tokens) if self.keep_scores else None
-        self.token_logits = self._score_buffer(batch_size, vocab, device, self.max_new_tokens) if self.keep_logits else None
+        outputs = self.max_new_tokens + 1
+        self.token_scores = self._score_buffer(batch_size, vocab, device, outputs) if self.keep_scores else None
+        self.token_logits = self._score_buffer(batch_size, vocab, device, outputs) if self.keep_logits else None
         self.stats = WeDLMStats([], [], [])
         # per-row counters, kept on the device (no host sync per step) and copied into `stats` at the end
         self.total_forwards, self.total_generated, self.total_processed = (
             torch.zeros(batch_size, dtype=torch.long, device=device) for _ in range(3)
         )
         self.window_fill_step = torch.zeros((batch_size, self.width), dtype=torch.long, device=device)
-        self.fill_step = torch.zeros((batch_size, self.max_new_tokens), dtype=torch.long, device=device)
-        self.commit_step = torch.zeros((batch_size, self.max_new_tokens), dtype=torch.long, device=device)
+        self.fill_step = torch.zeros((batch_size, outputs), dtype=torch.long, device=device)
+        self.commit_step = torch.zeros((batch_size, outputs), dtype=torch.long, device=device)
 
     def _score_buffer(self, batch_size: int, vocab: int, device, length: int | None = None) -> torch.Tensor:
         return torch.zeros(batch_size, length or self.width, vocab, device=device)
 
     def run(self) -> None:
-        while self.rows.numel():
+        while True:
             num_leading = self._leading_filled()
             generated_before = self.generated.clone()
-            continuing = ~self._commit(num_leading)
-            if not bool(continuing.all()):
-                self._drop_rows(continuing)
-                num_leading, generated_before = num_leading[continuing], generated_before[continuing]
-            if self.rows.numel():
-                self._forward_and_fill(num_leading, generated_before)
+            self.done |= self._commit(num_leading)
+            # grow the window by as many mask slots as it commits, within max_new_tokens
+            budget = self.max_new_tokens - generated_before - self.window_length
+            length = self.window_length + torch.minimum(num_leading, budget)
+            step = self._begin_step(length, num_leading, generated_before)
+            if step is None:
+                return
+            fed, keep, (length, num_leading, generated_before), _ = step
+            logits, physical = self._feed(length, generated_before, fed, keep)
+            self.cache_commit = num_leading
+            slot_physical = self._shift(num_leading, length, physical)
+            self._fill(logits, slot_physical, self.window[:, : self.settings.window_size] == self.mask_id)
 
     def _leading_filled(self) -> torch.Tensor:
         live = self.slots[None, :] < self.window_length[:, None]
@@ -107,16 +128,50 @@ class WindowDecoder:
             leading = torch.where(leading == self.window_length, leading, torch.zeros_like(leading))
         return leading
 
+    def _begin_step(
+        self, length: torch.Tensor, *row_tensors: torch.Tensor, all_logits: bool = False, checks=()
+    ) -> tuple[int, int, tuple[torch.Tensor, ...], list[int]] | None:
+        """The step's one host sync. Reads the next forward's width (the longest running window), how many of its
+        columns need logits, which rows still run, and the 0-dim `checks`; then keeps the last forward's committed
+        K/V in the cache and drops finished rows (from the decoder and from `row_tensors`).
+
+        Returns None when no row runs, else (width, columns with logits, row_tensors, checks' values)."""
+        running = ~self.done
+        filled = ((self.window != self.mask_id) & (self.slots[None, :] < length[:, None])).sum(1)
+        committed = self.cache_commit if self.cache_commit is not None else torch.zeros_like(length)
+        summary = torch.stack(
+            [
+                torch.where(running, length, 0).max(),
+                torch.where(running, filled, self.width).min(),
+                committed.max(),
+                (self.cache.valid_per_row + committed).max(),
+                *(check.long() for check in checks),
+            ]
+        )
+        host = torch.cat([summary, running.long()]).tolist()
+        fed, fewest_filled, kept, longest_valid = host[:4]
+        if self.cache_commit is not None:
+            self.cache.commit(committed, kept, longest_valid)
+            self.cache_commit = None
+        keep_rows = [row for row, alive in enumerate(host[4 + len(checks) :]) if alive]
+        if not keep_rows:
+            return None
+        row_tensors = (length, *row_tensors)
+        if len(keep_rows) < len(running):
+            index = torch.tensor(keep_rows, device=length.device)
+            self._drop_rows(index)
+            row_tensors = tuple(tensor[index] for tensor in row_tensors)
+        return fed, fed if all_logits else fed - fewest_filled, row_tensors, host[4 : 4 + len(checks)]
+
     def _commit(self, num_leading: torch.Tensor, start: int = 0) -> torch.Tensor:
         """Write up to `num_leading` window slots from `start` to the output, cut after the first EOS or stopping
-        criterion; return which rows this commit ends (EOS, criterion or max_new_tokens)."""
+        criterion; return which rows this commit ends (EOS, criterion or max_new_tokens). Ended rows commit nothing."""
+        num_leading = num_leading.masked_fill(self.done, 0)
         finished = self.generated + num_leading >= self.max_new_tokens
-        if int(num_leading.max()) == 0:
-            return finished
-        commit_length = num_leading.clone()
-        in_commit = (self.slots[None, :] >= start) & (self.slots[None, :] < start + num_leading[:, None])
+        commit_length = num_leading
         if self.eos_ids is not None:
-            is_eos = torch.isin(self.window, self.eos_ids.to(self.window.device)) & in_commit
+            in_commit = (self.slots[None, :] >= start) & (self.slots[None, :] < start + num_leading[:, None])
+            is_eos = torch.isin(self.window, self.eos_ids) & in_commit
             has_eos = is_eos.any(1)
             commit_length = torch.where(has_eos, is_eos.int().argmax(1) + 1 - start, commit_length)
             finished |= has_eos
@@ -127,19 +182,21 @@ class WindowDecoder:
         return finished
 
     def _write(self, commit_length: torch.Tensor, start: int) -> None:
+        """Copy each row's `commit_length` slots from `start` to the output, with their traces and scores."""
         offset = self.slots[None, :] - start
         take = (offset >= 0) & (offset < commit_length[:, None])
-        columns = self.prompt_length + self.generated[:, None] + offset
-        rows = self.rows[:, None].expand_as(columns)
-        self.sequences[rows[take], columns[take]] = self.window[take]
-        generated_columns = (columns - self.prompt_length)[take]
-        self.fill_step[rows[take], generated_columns] = self.window_fill_step[take]
-        self.commit_step[rows[take], generated_columns] = self.stats.model_calls + 1
+        position = torch.where(take, self.generated[:, None] + offset, self.discard)  # index among generated tokens
+        rows = self.rows[:, None]
+        self.sequences[rows, self.prompt_length + position] = self.window
+        self.fill_step[rows, position] = self.window_fill_step
+        self.commit_step[rows, position] = self.stats.model_calls + 1
         for kept, store in ((self.window_scores, self.token_scores), (self.window_logits, self.token_logits)):
             if kept is not None:
-                store[rows[take], generated_columns] = kept[take]
-        if self.streamer is not None and int(commit_length[0]) > 0:
-            self.streamer.put(self.window[:1, start : start + int(commit_length[0])].cpu())
+                store[rows, position] = kept
+        if self.streamer is not None:  # one put per token, as AR decoding does (consumers count puts)
+            count, *tokens = torch.cat([commit_length[:1], self.window[0, start:]]).tolist()
+            for token in tokens[:count]:
+                self.streamer.put(torch.tensor([token]))
         self.generated += commit_length
         self.total_generated[self.rows] = self.generated
 
@@ -156,15 +213,8 @@ class WindowDecoder:
                     break
         return cut, stopped
 
-    def _drop_rows(self, keep: torch.Tensor) -> None:
-        index = keep.nonzero().flatten()
-        self.rows = self.rows[index]
-        self.window = self.window[index]
-        self.window_length = self.window_length[index]
-        self.generated = self.generated[index]
-        self.first_position = self.first_position[index]
-        self.window_fill_step = self.window_fill_step[index]
-        for name in ("window_scores", "window_logits"):
+    def _drop_rows(self, index: torch.Tensor) -> None:
+        for name in self.ROW_STATE + ("window_scores", "window_logits"):
             if getattr(self, name) is not None:
                 setattr(self, name, getattr(self, name)[index])
         if self.pending_prompt is not None:
@@ -172,30 +222,21 @@ class WindowDecoder:
             self.prompt_positions = self.prompt_positions[index]
         self.cache.select_rows(index)
 
-    def _forward_and_fill(self, num_leading: torch.Tensor, generated_before: torch.Tensor) -> None:
-        # grow the window by as many mask slots as it will commit, within max_new_tokens
-        budget = self.max_new_tokens - generated_before - self.window_length
-        length = self.window_length + torch.minimum(num_leading, budget)
-        logits, physical, fed = self._feed(length, generated_before)
-        self.cache.commit(num_leading, fed)
-        slot_physical = self._shift(num_leading, length, physical)
-        self._fill(logits, slot_physical, self.window[:, : self.settings.window_size] == self.mask_id)
-
     def _feed(
-        self, length: torch.Tensor, generated_before: torch.Tensor, filled_logits: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """One forward over each row's first `length` slots: filled slots first, mask slots last, dead slots
-        (rows shorter than the batch's longest window) at the end; RoPE keeps each slot's logical position.
+        self, length: torch.Tensor, generated_before: torch.Tensor, fed: int, keep: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One forward over each row's first `length` slots (`fed` columns: the longest): filled slots first, mask
+        slots last, dead slots (rows shorter than the longest) at the end; RoPE keeps each slot's logical position.
 
-        Returns the kept logits, each slot's index into them, and the number of slots fed. Only mask slots need
-        logits, and they sit physically last, so unless `filled_logits` the lm_head skips the leading columns
-        that are filled in every row (negative indices mark slots without logits)."""
+        Returns the logits of the last `keep` columns and each slot's index into them (negative: no logits). Only
+        mask slots need logits, and they sit physically last, so the lm_head can skip the leading columns that
+        are filled in every row."""
         live = self.slots[None, :] < length[:, None]
         filled = (self.window != self.mask_id) & live
-        order_key = torch.where(filled, self.slots, torch.where(live, self.width + self.slots, 2 * self.width + self.slots))
+        order_key = torch.where(
+            filled, self.slots, torch.where(live, self.width + self.slots, 2 * self.width + self.slots)
+        )
         order = order_key.argsort(dim=1)
-        fed = int(length.max())
-        keep = fed if filled_logits else fed - int(filled.sum(1).min())
         fed_order = order[:, :fed]
         input_ids = self.window.gather(1, fed_order)
         position_ids = (self.first_position + generated_before)[:, None] + fed_order
@@ -206,23 +247,27 @@ class WindowDecoder:
             position_ids = torch.cat([self.prompt_positions, position_ids], dim=1)
             self.pending_prompt = None
         past_length = self.cache.get_seq_length()
-        logits = self.model(
-            input_ids=input_ids,
-            attention_mask=self.cache.attention_mask(fed_live),
-            position_ids=position_ids,
-            cache=self.cache,
-            use_cache=True,
-            # with the prompt, one more: the last prompt token's logits, the AR prediction of the first new token
-            logits_to_keep=keep + int(prompt_pending),
-            **flash_sequence_lengths(
-                self.model.config, input_ids.shape[0], input_ids.shape[1], past_length, input_ids.device
-            ),
-        ).logits
+        attention_mask = prebuilt_attention_mask(
+            self.model.config, self.cache.key_valid(fed_live), input_ids.shape[1], self.model.dtype
+        )
+        with window_attention(self.model.config):
+            logits = self.model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                cache=self.cache,
+                use_cache=True,
+                # with the prompt, one more: the last prompt token's logits, the AR prediction of the first new token
+                logits_to_keep=keep + int(prompt_pending),
+                **flash_sequence_lengths(
+                    self.model.config, input_ids.shape[0], input_ids.shape[1], past_length, input_ids.device
+                ),
+            ).logits
         self.prompt_logits = logits[:, 0] if prompt_pending else None
         self.stats.model_calls += 1
         self.total_forwards[self.rows] += 1
         self.total_processed[self.rows] += length
-        return logits[:, -keep:] if keep else logits[:, :0], order.argsort(dim=1) - (fed - keep), fed
+        return logits[:, logits.shape[1] - keep :], order.argsort(dim=1) - (fed - keep)
 
     def _shift(self, shift: torch.Tensor, length: torch.Tensor, physical: torch.Tensor) -> torch.Tensor:
         """Drop each row's first `shift` slots; return where this forward's logits of each remaining slot are."""
@@ -240,37 +285,56 @@ class WindowDecoder:
     def _fill(self, logits: torch.Tensor, slot_physical: torch.Tensor, fillable: torch.Tensor) -> None:
         """Fill the confident slots among the live, `fillable` ones of the first `window_size` slots.
 
-        Vocabulary-wide work (entropy, processors, argmax) runs on candidate slots only: with a large vocabulary
-        it is the biggest cost of a step besides the forward."""
+        Entropy and the greedy argmax run once per logits column, dense; the slots then gather them. The
+        forward's logits are this step's own: the mask column is cleared in place (the mask id is never a
+        prediction, it would fill nothing) once the entropy, which includes it, is taken."""
+        if logits.shape[1] == 0:  # every fed slot was filled: nothing to predict
+            return
         window_size = self.settings.window_size
         candidates = fillable & (self.slots[None, :window_size] < self.window_length[:, None])
-        rows, slots = candidates.nonzero(as_tuple=True)
-        candidate_logits = logits[rows, slot_physical[rows, slots]]
-        entropy = torch.full(candidates.shape, float("inf"), device=logits.device)
-        entropy[rows, slots] = slot_entropy(candidate_logits)
-        chosen = choose_slots(
-            entropy, candidates, self.settings.entropy_threshold, self.settings.pos_penalty_factor
-        )[rows, slots]
-        rows, slots, chosen_logits = rows[chosen], slots[chosen], candidate_logits[chosen]
-        scores = self._process(chosen_logits, rows)
-        if self.do_sample:
-            tokens = torch.multinomial(torch.softmax(scores.float(), dim=-1), 1).squeeze(1)
+        columns = slot_physical.clamp(0, logits.shape[1] - 1)
+        entropy = slot_entropy(logits).gather(1, columns)
+        chosen = choose_slots(entropy, candidates, self.settings.entropy_threshold, self.settings.pos_penalty_factor)
+        slot_logits = self._gather_columns(logits, columns) if self.keep_logits else None
+        logits[..., self.mask_id] = float("-inf")
+        if self.logits_processor or self.do_sample:
+            tokens, slot_scores = self._choose_processed(logits, columns, chosen)
         else:
-            tokens = scores.argmax(-1)
-        self.window[rows, slots] = tokens
-        self.window_fill_step[rows, slots] = self.stats.model_calls
-        for kept, values in ((self.window_scores, scores), (self.window_logits, chosen_logits)):
+            tokens = logits.argmax(-1).gather(1, columns)
+            slot_scores = self._gather_columns(logits, columns) if self.keep_scores else None
+        self.window[:, :window_size] = torch.where(chosen, tokens, self.window[:, :window_size])
+        self.window_fill_step[:, :window_size] = self.window_fill_step[:, :window_size].masked_fill(
+            chosen, self.stats.model_calls
+        )
+        for kept, values in ((self.window_scores, slot_scores), (self.window_logits, slot_logits)):
             if kept is not None:
-                kept[rows, slots] = values.to(kept.dtype)
+                kept[:, :window_size] = torch.where(chosen[..., None], values.to(kept.dtype), kept[:, :window_size])
 
-    def _process(self, logits: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """Scores a slot's token is chosen from: the mask id is never a prediction (it would fill nothing), then
-        logits processors/warpers with the slot's row's committed tokens as context."""
-        mask_column = torch.tensor([self.mask_id], device=logits.device)
-        scores = logits.index_fill(-1, mask_column, float("-inf"))
-        if not self.logits_processor:
-            return scores
-        return self.logits_processor(self._committed_context()[rows], scores.float())
+    @staticmethod
+    def _gather_columns(logits: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+        return logits.gather(1, columns[..., None].expand(-1, -1, logits.shape[-1]))
+
+    def _choose_processed(
+        self, logits: torch.Tensor, columns: torch.Tensor, chosen: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tokens (and scores) of the chosen slots through the logits processors/warpers, with each slot's row's
+        committed tokens as context, then argmax or a sample. Processors read that context on the host, so this
+        path indexes the chosen slots only: vocabulary-wide processor work scales with the slots filled."""
+        rows, slots = chosen.nonzero(as_tuple=True)
+        scores = logits[rows, columns[rows, slots]]
+        if self.logits_processor:
+            scores = self.logits_processor(self._committed_context()[rows], scores.float())
+        if self.do_sample:
+            picked = torch.multinomial(torch.softmax(scores.float(), dim=-1), 1).squeeze(1)
+        else:
+            picked = scores.argmax(-1)
+        tokens = torch.full_like(columns, self.mask_id)
+        tokens[rows, slots] = picked
+        slot_scores = None
+        if self.keep_scores:
+            slot_scores = torch.zeros(*columns.shape, logits.shape[-1], dtype=scores.dtype, device=scores.device)
+            slot_scores[rows, slots] = scores
+        return tokens, slot_scores
 
     def _committed_context(self) -> torch.LongTensor:
         """Left-padded (rows, prompt + committed) ids: every row's context ends at its last committed token."""
@@ -441,13 +505,14 @@ def wedlm_decode(
     mask_token_id=UNSET,
     wedlm_blockwise=UNSET,
     wedlm_lossless=UNSET,
+    wedlm_draft_schedule=UNSET,
     **model_kwargs,
 ) -> WeDLMGenerateOutput | torch.LongTensor:
     """WeDLM decoding loop; use as `model.generate(custom_generate=wedlm_decode, mask_token_id=..., ...)`.
 
     Takes the `wedlm_*` keywords (window size, entropy threshold, distance penalty, `wedlm_lossless` for output
-    identical to greedy AR, `wedlm_blockwise` for the paper's baseline) and `mask_token_id`, else the generation
-    config's attributes of those names, else the defaults of `WeDLMSettings`. Prefer `generate(decoding="wedlm")`
+    identical to greedy AR and `wedlm_draft_schedule` for its drafts, `wedlm_blockwise` for the paper's baseline)
+    and `mask_token_id`, else the generation config's attributes of those names, else the defaults of `WeDLMSettings`. Prefer `generate(decoding="wedlm")`
     (via `enable`): transformers 5.x hands a callable neither the streamer nor the tokenizer `stop_strings` need.
     """
     _validate_request(model, generation_config, model_kwargs, synced_gpus)
@@ -462,6 +527,7 @@ def wedlm_decode(
         mask_token_id=mask_token_id,
         blockwise=wedlm_blockwise,
         lossless=wedlm_lossless,
+        draft_schedule=wedlm_draft_schedule,
     )
     _validate_special_tokens(settings, generation_config)
     prompt_mask = _prompt_mask(input_ids, model_kwargs)

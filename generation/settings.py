@@ -18,6 +18,8 @@ UNSET = object()
 DEFAULT_WINDOW_SIZE = 16
 DEFAULT_ENTROPY_THRESHOLD = 0.4
 DEFAULT_POS_PENALTY_FACTOR = 0.02
+DRAFT_SCHEDULES = ("adaptive", "full")
+"""Lossless mode's drafts per forward: follow recent acceptance, or every slot of the window (see `lossless.py`)."""
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,7 @@ class WeDLMSettings:
     mask_token_id: int
     blockwise: bool = False
     lossless: bool = False
+    draft_schedule: str = "adaptive"
 
     @classmethod
     def resolve(
@@ -41,6 +44,7 @@ class WeDLMSettings:
         mask_token_id=UNSET,
         blockwise=UNSET,
         lossless=UNSET,
+        draft_schedule=UNSET,
     ) -> "WeDLMSettings":
         def pick(value, name, default):
             if value is not UNSET:
@@ -57,6 +61,8 @@ class WeDLMSettings:
         pos_penalty_factor = pick(pos_penalty_factor, "wedlm_pos_penalty_factor", DEFAULT_POS_PENALTY_FACTOR)
         mask_token_id = pick(mask_token_id, "mask_token_id", None)
         blockwise = pick(blockwise, "wedlm_blockwise", False)
+        schedule_passed = draft_schedule is not UNSET
+        draft_schedule = pick(draft_schedule, "wedlm_draft_schedule", "adaptive")
         if mask_token_id is None:
             mask_token_id = getattr(model_config, "mask_token_id", None)
 
@@ -85,9 +91,16 @@ class WeDLMSettings:
                 raise ValueError(f"`{name}` must be True or False, got {flag!r}.")
         if blockwise and lossless:
             raise ValueError("`wedlm_blockwise` and `wedlm_lossless` cannot be combined; choose one.")
+        if draft_schedule not in DRAFT_SCHEDULES:
+            raise ValueError(f"`wedlm_draft_schedule` must be one of {DRAFT_SCHEDULES}, got {draft_schedule!r}.")
+        if schedule_passed and not lossless:
+            raise ValueError(
+                "`wedlm_draft_schedule` sets how lossless mode drafts; pass `wedlm_lossless=True` with it, or drop it."
+            )
         return cls(
             blockwise=blockwise,
             lossless=lossless,
+            draft_schedule=draft_schedule,
             window_size=int(window_size),
             entropy_threshold=None if entropy_threshold is None else float(entropy_threshold),
             pos_penalty_factor=float(pos_penalty_factor),

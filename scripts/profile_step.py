@@ -25,7 +25,7 @@ from wedlm_hf.generation.cache import WeDLMCache
 
 STRATEGY_CLASSES = (decoding.WindowDecoder, WeDLMCache)
 """Every method these classes define is timed (found by introspection, so refactors need no edit here)."""
-STRATEGY_FUNCTIONS = ("slot_entropy", "choose_slots", "flash_sequence_lengths")
+STRATEGY_FUNCTIONS = ("slot_entropy", "choose_slots", "flash_sequence_lengths", "prebuilt_attention_mask")
 """Module-level helpers `decoding` imported; patched where `decoding` looks them up."""
 
 

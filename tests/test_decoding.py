@@ -1,6 +1,7 @@
 """The cached, batched WeDLM decoder against the cache-free reference, and its contract."""
 
 import pytest
+import transformers
 import torch
 from tiny_models import EOS_ID, FAMILIES, MASK_ID, PAD_ID, random_prompts, tiny_model
 
@@ -71,9 +72,9 @@ def test_cache_compaction_keeps_outputs(monkeypatch):
     compactions = []
     original_compact = wedlm_hf.WeDLMCache.compact
 
-    def counting_compact(self):
+    def counting_compact(self, width):
         compactions.append(self.key_mask.shape[1])
-        original_compact(self)
+        original_compact(self, width)
 
     monkeypatch.setattr(wedlm_hf.WeDLMCache, "__init__", _eager_init(wedlm_hf.WeDLMCache.__init__))
     monkeypatch.setattr(wedlm_hf.WeDLMCache, "compact", counting_compact)
@@ -157,3 +158,87 @@ def test_ar_decoding_is_untouched():
     ar = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=10)
     forced = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=10, decoding="ar")
     assert torch.equal(ar, forced)
+
+
+@pytest.mark.parametrize("mode", ["plain", "blockwise", "lossless"])
+@pytest.mark.parametrize("lengths", [[6], [5, 11, 2]])
+def test_scores_and_logits_are_those_each_token_was_chosen_from(mode, lengths):
+    """`output_scores` / `output_logits`: entry t of row r is the tensor generated token t of row r is the argmax
+    of (greedy), in every mode; in lossless mode it is AR's own (what greedy `generate()` returns)."""
+    model = wedlm_hf.enable(tiny_model("wedlm", seed=7, peak=40))
+    input_ids, attention_mask = random_prompts(lengths, seed=7)
+    options = {"blockwise": {"wedlm_blockwise": True}, "lossless": {"wedlm_lossless": True}}.get(mode, {})
+    output = wedlm_generate(
+        model, input_ids, attention_mask, output_scores=True, output_logits=True, wedlm_entropy_threshold=2.0, **options
+    )
+    stats = output.wedlm_stats
+    assert len(output.scores) == len(output.logits) == max(stats.generated)
+    width = input_ids.shape[1]
+    for row, count in enumerate(stats.generated):
+        tokens = output.sequences[row, width : width + count]
+        scores = torch.stack([output.scores[t][row] for t in range(count)])
+        logits = torch.stack([output.logits[t][row] for t in range(count)])
+        assert torch.equal(scores.argmax(-1), tokens)
+        assert torch.equal(logits.argmax(-1), tokens)
+        assert (logits != 0).any(1).all(), "every token has real logits, none left at zero"
+    if mode == "lossless":
+        greedy = model.generate(
+            input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=MAX_NEW, do_sample=False,
+            output_scores=True, output_logits=True, return_dict_in_generate=True,
+        )
+        for row, count in enumerate(stats.generated):
+            for t in range(count):
+                torch.testing.assert_close(output.scores[t][row], greedy.scores[t][row], rtol=1e-4, atol=1e-4)
+                torch.testing.assert_close(output.logits[t][row], greedy.logits[t][row], rtol=1e-4, atol=1e-4)
+
+
+def test_streamer_put_count_equals_generated_tokens():
+    """One `put` per committed token, in order, however many tokens a step commits."""
+
+    class CountingStreamer(wedlm_hf.generation.decoding.BaseStreamer):
+        def __init__(self):
+            self.tokens = []
+
+        def put(self, value):
+            self.tokens.extend(value.flatten().tolist())
+
+        def end(self):
+            pass
+
+    model = tiny_model("wedlm", seed=1, peak=40)
+    constant = tiny_model("wedlm", seed=1, peak=40)
+    with torch.no_grad():  # every position predicts token 0, AR and mask alike: lossless accepts its drafts
+        constant.lm_head.weight.zero_()
+    input_ids, attention_mask = random_prompts([6], seed=1)
+    for model, options in ((model, {"wedlm_entropy_threshold": 5.0}), (constant, {"wedlm_lossless": True})):
+        streamer = CountingStreamer()
+        output = wedlm_generate(model, input_ids, attention_mask, streamer=streamer, **options)
+        commits = output.wedlm_stats.commit_steps[0]
+        assert max(commits.count(step) for step in commits) > 1, "some step commits several tokens"
+        assert streamer.tokens == input_ids[0].tolist() + output.sequences[0, 6:].tolist()
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_prebuilt_masks_match_reference_and_leave_the_model_as_it_was(attn, monkeypatch):
+    """Window forwards get a prebuilt 4D mask (additive for eager, boolean for SDPA, where the registered window
+    attention keeps grouped K/V grouped); tokens equal the cache-free reference, and the model's attention
+    implementation is its own again after every forward."""
+    from wedlm_hf.generation import attention
+
+    model = tiny_model("qwen3", seed=5, peak=40, attn=attn)
+    window_calls = []
+    original = attention.window_sdpa_attention
+
+    def counting(*args, **kwargs):
+        window_calls.append(model.config._attn_implementation)
+        return original(*args, **kwargs)
+
+    monkeypatch.setitem(transformers.AttentionInterface._global_mapping, attention.WINDOW_SDPA, counting)
+    input_ids, attention_mask = random_prompts([4, 9], seed=5)
+    output = wedlm_generate(model, input_ids, attention_mask, wedlm_entropy_threshold=1.0)
+    for row in range(2):
+        prompt = input_ids[row][attention_mask[row].bool()].tolist()
+        expected, _ = reference_decode(model, prompt, MAX_NEW, MASK_ID, [EOS_ID], 16, 1.0, 0.02)
+        assert continuation(output, row, input_ids.shape[1]) == expected
+    assert model.config._attn_implementation == attn
+    assert len(window_calls) == (model.config.num_hidden_layers * output.wedlm_stats.model_calls if attn == "sdpa" else 0)

@@ -60,3 +60,51 @@ def test_lossless_rejects_sampling_and_processors():
         model.generate(**common, do_sample=True)
     with pytest.raises(ValueError, match="RepetitionPenalty"):
         model.generate(**common, repetition_penalty=1.3)
+
+
+def _lossless(model, input_ids, attention_mask, schedule, **options):
+    return model.generate(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        max_new_tokens=40,
+        decoding="wedlm",
+        wedlm_lossless=True,
+        wedlm_draft_schedule=schedule,
+        mask_token_id=MASK_ID,
+        return_dict_in_generate=True,
+        **options,
+    )
+
+
+@pytest.mark.parametrize("family", ["wedlm", "llama"])
+@pytest.mark.parametrize("constant", [False, True])
+def test_adaptive_and_full_draft_schedules_give_identical_tokens(family, constant):
+    """The schedule decides only how many drafts are checked, never what is committed: both equal greedy. Drafts
+    that keep failing (a random model) shrink the adaptive window; drafts that keep passing grow it."""
+    model = wedlm_hf.enable(tiny_model(family, seed=4, peak=40))
+    if constant:
+        with torch.no_grad():
+            model.lm_head.weight.zero_()
+    input_ids, attention_mask = random_prompts([7, 3, 10], seed=4)
+    greedy = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=40, decoding="ar")
+    adaptive = _lossless(model, input_ids, attention_mask, "adaptive")
+    full = _lossless(model, input_ids, attention_mask, "full")
+    assert torch.equal(adaptive.sequences, greedy) and torch.equal(full.sequences, greedy)
+    fed_per_forward = {
+        name: sum(out.wedlm_stats.processed) / sum(out.wedlm_stats.forwards)
+        for name, out in (("adaptive", adaptive), ("full", full))
+    }
+    if constant:
+        assert adaptive.wedlm_stats.summary()["tokens_per_forward"] > 4
+    else:
+        assert adaptive.wedlm_stats.summary()["accepted"] < adaptive.wedlm_stats.summary()["drafted"]
+        assert fed_per_forward["adaptive"] < fed_per_forward["full"] / 2
+
+
+def test_draft_schedule_is_validated():
+    model = tiny_model("wedlm", peak=40)
+    input_ids, attention_mask = random_prompts([4])
+    with pytest.raises(ValueError, match="wedlm_draft_schedule.*adaptive"):
+        _lossless(model, input_ids, attention_mask, "sometimes")
+    with pytest.raises(ValueError, match="wedlm_lossless=True"):
+        model.generate(input_ids=input_ids, attention_mask=attention_mask, decoding="wedlm", wedlm_draft_schedule="full")

@@ -1,0 +1,66 @@
+"""Host syncs per decoding step: at most 2 (the loop's own exit/shape check), plain and lossless.
+
+`wedlm_hf.bench.syncs.SyncCounter` counts every host read of a device value (patched `Tensor` methods). Counting covers the whole decoding loop, model forwards included, with no streamer and no user
+stopping criterion (each of those legitimately reads tokens on the host).
+"""
+
+import pytest
+from tiny_models import MASK_ID, random_prompts, tiny_model
+
+import wedlm_hf
+from wedlm_hf.bench.syncs import SyncCounter
+from wedlm_hf.generation.decoding import WindowDecoder
+
+SYNCS_PER_STEP = 2
+
+
+def syncs_per_step(monkeypatch, family: str, lengths: list[int], **options) -> tuple[float, list[str]]:
+    model = wedlm_hf.enable(tiny_model(family, seed=2, peak=40))
+    input_ids, attention_mask = random_prompts(lengths, seed=4)
+    counter = SyncCounter()
+    with counter.patched(monkeypatch):
+        output = model.generate(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            decoding="wedlm",
+            mask_token_id=MASK_ID,
+            max_new_tokens=40,
+            return_dict_in_generate=True,
+            **options,
+        )
+    steps = output.wedlm_stats.model_calls
+    assert steps > 3
+    return counter.count / steps, counter.where
+
+
+@pytest.mark.parametrize("family", ["wedlm", "llama"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"wedlm_entropy_threshold": None},
+        {"wedlm_entropy_threshold": 2.0, "wedlm_window_size": 6},
+        {"wedlm_blockwise": True},
+        {"wedlm_lossless": True},
+        {"wedlm_lossless": True, "wedlm_entropy_threshold": 2.0},
+    ],
+)
+@pytest.mark.parametrize("lengths", [[7], [5, 9, 3]])
+def test_at_most_two_host_syncs_per_step(monkeypatch, family, options, lengths):
+    per_step, where = syncs_per_step(monkeypatch, family, lengths, **options)
+    assert 1 <= per_step <= SYNCS_PER_STEP, f"{per_step:.2f} syncs per step: {sorted(set(where))}"
+
+
+def test_counter_sees_a_sync(monkeypatch):
+    """The counter is live: a decoding loop that reads a value on the host each step is caught."""
+    original_forward = WindowDecoder._feed
+
+    def syncing_feed(decoder, *args, **kwargs):
+        for _ in range(3):
+            decoder.window_length.max().item()
+            bool(decoder.window_length.any())
+        return original_forward(decoder, *args, **kwargs)
+
+    monkeypatch.setattr(WindowDecoder, "_feed", syncing_feed)
+    per_step, where = syncs_per_step(monkeypatch, "wedlm", [6])
+    assert per_step >= 6 and "item" in where and "__bool__" in where
