@@ -5,6 +5,11 @@ logical RoPE position, right after the committed prefix in the cache. The leadin
 from that same forward (their K/V stay in `WeDLMCache`), then low-entropy mask slots are filled. A row whose
 commit ends it (EOS, a stopping criterion, or `max_new_tokens`) leaves the batch before the forward, so the last
 forward of every row is one whose predictions are used.
+
+The host reads the device once per step (`WindowDecoder._begin_step`): the next forward's shape and which rows
+still run, which is all a loop with data-dependent shapes must know. Commits, fills and counters are dense masked
+tensor ops over the batch; only streamers, user stopping criteria and logits processors/sampling (which read
+tokens on the host by their nature) add reads.
 """
 
 import torch
