@@ -193,8 +193,7 @@ class WindowDecoder:
         filled = (self.window != self.mask_id) & live
         order_key = torch.where(filled, self.slots, torch.where(live, self.width + self.slots, 2 * self.width + self.slots))
         order = order_key.argsort(dim=1)
-        fed = int(length.max())
-        keep = fed if filled_logits else fed - int(filled.sum(1).min())
+        fed, keep = self._fed_and_kept(length, filled, filled_logits)
         fed_order = order[:, :fed]
         input_ids = self.window.gather(1, fed_order)
         position_ids = (self.first_position + generated_before)[:, None] + fed_order
@@ -205,7 +204,7 @@ class WindowDecoder:
             position_ids = torch.cat([self.prompt_positions, position_ids], dim=1)
             self.pending_prompt = None
         past_length = self.cache.get_seq_length()
-        logits = self.model(
+        logits = self._forward(
             input_ids=input_ids,
             attention_mask=self.cache.attention_mask(fed_live),
             position_ids=position_ids,
@@ -216,12 +215,20 @@ class WindowDecoder:
             **flash_sequence_lengths(
                 self.model.config, input_ids.shape[0], input_ids.shape[1], past_length, input_ids.device
             ),
-        ).logits
+        )
         self.prompt_logits = logits[:, 0] if prompt_pending else None
         self.stats.model_calls += 1
         self.total_forwards[self.rows] += 1
         self.total_processed[self.rows] += length
         return logits[:, -keep:] if keep else logits[:, :0], order.argsort(dim=1) - (fed - keep), fed
+
+    def _fed_and_kept(self, length: torch.Tensor, filled: torch.Tensor, filled_logits: bool) -> tuple[int, int]:
+        """How many slots to feed (the longest live window) and to keep logits for (see `_feed`)."""
+        fed = int(length.max())
+        return fed, fed if filled_logits else fed - int(filled.sum(1).min())
+
+    def _forward(self, **inputs) -> torch.Tensor:
+        return self.model(**inputs).logits
 
     def _shift(self, shift: torch.Tensor, length: torch.Tensor, physical: torch.Tensor) -> torch.Tensor:
         """Drop each row's first `shift` slots; return where this forward's logits of each remaining slot are."""
@@ -383,6 +390,7 @@ def wedlm_decode(
     mask_token_id=UNSET,
     wedlm_blockwise=UNSET,
     wedlm_lossless=UNSET,
+    wedlm_static=UNSET,
     **model_kwargs,
 ) -> WeDLMGenerateOutput | torch.LongTensor:
     """WeDLM decoding loop; use as `model.generate(custom_generate=wedlm_decode, mask_token_id=..., ...)`.
@@ -404,6 +412,7 @@ def wedlm_decode(
         mask_token_id=mask_token_id,
         blockwise=wedlm_blockwise,
         lossless=wedlm_lossless,
+        static=wedlm_static,
     )
     _validate_special_tokens(settings, generation_config)
     prompt_mask = _prompt_mask(input_ids, model_kwargs)
@@ -413,6 +422,10 @@ def wedlm_decode(
         from .lossless import LosslessDecoder  # the lossless decoder builds on this module
 
         decoder_class = LosslessDecoder
+    if settings.static:
+        from .static import static_decoder  # builds on both decoders
+
+        decoder_class = static_decoder(decoder_class)
     decoder = decoder_class(
         model,
         input_ids,

@@ -28,6 +28,8 @@ class WeDLMSettings:
     mask_token_id: int
     blockwise: bool = False
     lossless: bool = False
+    static: bool = False
+    """Fixed-shape steps over a preallocated cache (generation/static.py), for torch.compile / CUDA graphs."""
 
     @classmethod
     def resolve(
@@ -41,6 +43,7 @@ class WeDLMSettings:
         mask_token_id=UNSET,
         blockwise=UNSET,
         lossless=UNSET,
+        static=UNSET,
     ) -> "WeDLMSettings":
         def pick(value, name, default):
             if value is not UNSET:
@@ -57,6 +60,7 @@ class WeDLMSettings:
         pos_penalty_factor = pick(pos_penalty_factor, "wedlm_pos_penalty_factor", DEFAULT_POS_PENALTY_FACTOR)
         mask_token_id = pick(mask_token_id, "mask_token_id", None)
         blockwise = pick(blockwise, "wedlm_blockwise", False)
+        static = pick(static, "wedlm_static", False)
         if mask_token_id is None:
             mask_token_id = getattr(model_config, "mask_token_id", None)
 
@@ -80,7 +84,7 @@ class WeDLMSettings:
             raise ValueError(
                 f"`mask_token_id` must be an integer id inside the vocabulary [0, {vocab_size}), got {mask_token_id!r}."
             )
-        for name, flag in (("wedlm_blockwise", blockwise), ("wedlm_lossless", lossless)):
+        for name, flag in (("wedlm_blockwise", blockwise), ("wedlm_lossless", lossless), ("wedlm_static", static)):
             if not isinstance(flag, bool):
                 raise ValueError(f"`{name}` must be True or False, got {flag!r}.")
         if blockwise and lossless:
@@ -88,6 +92,7 @@ class WeDLMSettings:
         return cls(
             blockwise=blockwise,
             lossless=lossless,
+            static=static,
             window_size=int(window_size),
             entropy_threshold=None if entropy_threshold is None else float(entropy_threshold),
             pos_penalty_factor=float(pos_penalty_factor),
