@@ -60,7 +60,8 @@ class WeDLMSettings:
         pos_penalty_factor = pick(pos_penalty_factor, "wedlm_pos_penalty_factor", DEFAULT_POS_PENALTY_FACTOR)
         mask_token_id = pick(mask_token_id, "mask_token_id", None)
         blockwise = pick(blockwise, "wedlm_blockwise", False)
-        static = pick(static, "wedlm_static", False)
+        # `cache_implementation="static"`, transformers' switch for compiled AR decoding, selects the same for WeDLM
+        static = pick(static, "wedlm_static", getattr(generation_config, "cache_implementation", None) == "static")
         if mask_token_id is None:
             mask_token_id = getattr(model_config, "mask_token_id", None)
 

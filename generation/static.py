@@ -12,8 +12,10 @@ transformers' own compiled decoding):
   overwritten by the next step's writes at the same columns. The 4D mask lets a query see its row's prompt
   (minus padding), its committed tokens and the live window slots fed before it (feed order is causal order).
 
-The forward is compiled with `model.get_compiled_call(generation_config.compile_config)` (transformers' machinery)
-on a CUDA device, or on any device when a `compile_config` is given; `disable_compile=True` turns it off.
+Selected by `wedlm_static=True` or transformers' own `cache_implementation="static"`. The forward is compiled with
+`model.get_compiled_call(generation_config.compile_config)` (transformers' machinery) on a CUDA device, or on any
+device when a `compile_config` is given; `disable_compile=True` turns it off. `max_cache_len` sizes the cache for
+the longest call, so calls with other prompt lengths reuse the compiled step.
 """
 
 import torch
@@ -47,11 +49,9 @@ class WindowStaticCache(Cache):
     never leave: `rows` lists the ones still decoding, and the masks and writes cover the whole batch.
     """
 
-    def __init__(
-        self, config: PreTrainedConfig, prompt_mask: torch.Tensor, max_new_tokens: int, width: int, mask_dtype=None
-    ):
+    def __init__(self, config: PreTrainedConfig, prompt_mask: torch.Tensor, max_cache_len: int, mask_dtype=None):
         batch_size, self.prompt_length = prompt_mask.shape
-        self.max_cache_len = self.prompt_length + max_new_tokens + width
+        self.max_cache_len = max_cache_len
         num_layers = config.get_text_config(decoder=True).num_hidden_layers
         super().__init__(layers=[RowWriteLayer(self.max_cache_len) for _ in range(num_layers)])
         device = prompt_mask.device
@@ -129,7 +129,11 @@ class StaticShapes:
             )
         super().__init__(model, input_ids, prompt_mask, settings, generation_config, *args)
         mask_dtype = model.dtype if implementation == "eager" else None
-        self.cache = WindowStaticCache(model.config, prompt_mask, self.max_new_tokens, self.width, mask_dtype)
+        # as in transformers' static cache, `max_cache_len` sizes the cache for the longest call, so later calls
+        # with other prompt lengths reuse the compiled step
+        needed = input_ids.shape[1] + self.max_new_tokens + self.width
+        max_cache_len = max(needed, generation_config.max_cache_len or 0)
+        self.cache = WindowStaticCache(model.config, prompt_mask, max_cache_len, mask_dtype)
         self.compiled_call = model.get_compiled_call(generation_config.compile_config) if compiles(model, generation_config) else None
 
     def _fed_and_kept(self, length: torch.Tensor, filled: torch.Tensor, filled_logits: bool) -> tuple[int, int]:
