@@ -7,6 +7,7 @@ every mask, unless the threshold is passed to `generate`.
 """
 
 import math
+import warnings
 from dataclasses import dataclass
 from numbers import Integral, Real
 
@@ -88,6 +89,12 @@ class WeDLMSettings:
         for name, flag in (("wedlm_blockwise", blockwise), ("wedlm_lossless", lossless), ("wedlm_static", static)):
             if not isinstance(flag, bool):
                 raise ValueError(f"`{name}` must be True or False, got {flag!r}.")
+        if not static and getattr(generation_config, "compile_config", None) is not None:
+            warnings.warn(
+                "`compile_config` is used by WeDLM's static-shape path only; pass cache_implementation='static' (or "
+                "wedlm_static=True) to compile the step.",
+                stacklevel=2,
+            )
         if blockwise and lossless:
             raise ValueError("`wedlm_blockwise` and `wedlm_lossless` cannot be combined; choose one.")
         return cls(

@@ -93,6 +93,23 @@ def test_cache_implementation_static_selects_the_static_path(monkeypatch):
     assert len(built) == 1, "an explicit wedlm_static=False wins over the cache implementation"
 
 
+def test_blockwise_and_output_logits_match_default():
+    model = tiny_model("wedlm", seed=4, peak=40)
+    input_ids, attention_mask = random_prompts([7, 3], seed=9)
+    options = dict(wedlm_blockwise=True, wedlm_window_size=4, wedlm_entropy_threshold=None, output_logits=True)
+    static = generate(model, input_ids, attention_mask, wedlm_static=True, **options)
+    default = generate(model, input_ids, attention_mask, **options)
+    assert torch.equal(static.sequences, default.sequences) and static.wedlm_stats == default.wedlm_stats
+    assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(static.logits, default.logits))
+
+
+def test_compile_config_without_the_static_path_warns():
+    model = tiny_model("wedlm", peak=40)
+    input_ids, attention_mask = random_prompts([6], seed=1)
+    with pytest.warns(UserWarning, match="cache_implementation='static'"):
+        generate(model, input_ids, attention_mask, compile_config=CompileConfig())
+
+
 def test_static_rejects_what_it_cannot_do():
     model = tiny_model("wedlm", peak=40)
     input_ids, attention_mask = random_prompts([6], seed=1)
