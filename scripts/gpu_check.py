@@ -25,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import time
+import traceback
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -143,7 +144,7 @@ class Report:
     """The one table: rows print as they come; the JSON is rewritten after each."""
 
     def __init__(self, title: str, json_path: Path | None):
-        self.rows, self.json_path, self.title = [], json_path, title
+        self.rows, self.json_path, self.title, self.failures = [], json_path, title, 0
         if json_path is not None:
             json_path.parent.mkdir(parents=True, exist_ok=True)
         print(title)
@@ -160,6 +161,16 @@ class Report:
         print("| " + " | ".join(cells) + " |", flush=True)
         if self.json_path is not None:
             self.json_path.write_text(json.dumps({"model": self.title, "rows": self.rows}, indent=2) + "\n")
+
+    def guarded(self, check: str, section) -> None:
+        """Run one section; a failure becomes a FAILED row and the run goes on, so one broken part (a kernel, a
+        compiler) cannot hide the others' results."""
+        try:
+            section()
+        except Exception as error:  # reported in the table and on stderr, and counted for the exit status
+            self.failures += 1
+            traceback.print_exc()
+            self.add(check, "FAILED", f"{type(error).__name__}: {str(error).strip().splitlines()[0][:160]}")
 
 
 def decode_section(
@@ -200,6 +211,7 @@ def flash_test(report: Report) -> None:
     lines = [line for line in result.stdout.splitlines() if line.strip()]
     summary = lines[-1] if lines else result.stderr.strip()[-200:]
     report.add("flash test", "tests/gpu/test_flash.py", summary.strip("= "), returncode=result.returncode)
+    report.failures += result.returncode != 0
 
 
 def main() -> None:
@@ -232,34 +244,44 @@ def main() -> None:
     model.generation_config.pad_token_id = 0
     report = Report(gpu_window_cost.describe(model), json_path)
 
-    for r in gpu_window_cost.window_costs(model, contexts, 16, 1 if smoke else 5, 2 if smoke else 30):
-        setting = f"context {r['context']}"
-        report.add("window forward", f"{r['attention']} ar 1-token", setting, r["ar_ms"])
-        report.add("window forward", f"{r['attention']} W=16 window", setting, r["window_ms"], ratio=r["ratio"])
+    def window_forwards():
+        for r in gpu_window_cost.window_costs(model, contexts, 16, 1 if smoke else 5, 2 if smoke else 30):
+            setting = f"context {r['context']}"
+            report.add("window forward", f"{r['attention']} ar 1-token", setting, r["ar_ms"])
+            report.add("window forward", f"{r['attention']} W=16 window", setting, r["window_ms"], ratio=r["ratio"])
 
     generator = torch.Generator().manual_seed(0)
     prompt = torch.randint(3, model.config.vocab_size - 1, (1, context), generator=generator).to(model.device)
     wedlm = {"decoding": "wedlm", "mask_token_id": model.config.vocab_size - 1}
-    eager = {"ar": ({"decoding": "ar"}, None)} | {f"wedlm k={k}": (wedlm, k) for k in accepted}
     hook = ScriptedAcceptance(model)
+
+    def eager_decodes():
+        arms = {"ar": ({"decoding": "ar"}, None)} | {f"wedlm k={k}": (wedlm, k) for k in accepted}
+        decode_section(report, model, hook, "decode, eager sdpa", arms, prompt, new_tokens, repeats)
+
+    def compiled_decodes():
+        compile_config = CompileConfig(backend=backend, mode="reduce-overhead" if backend == "inductor" else None)
+        compile_config._compile_all_devices = True  # transformers compiles AR decoding only on accelerators
+        static = {"cache_implementation": "static", "compile_config": compile_config,
+                  "max_cache_len": context + new_tokens + 64}
+        arms = {"ar static+compile": ({"decoding": "ar"} | static, None)} | {
+            f"wedlm static+compile k={k}": (wedlm | static, k) for k in (1, max(accepted))
+        }
+        graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        decode_section(report, model, hook, f"decode, compiled ({backend})", arms, prompt, new_tokens, repeats)
+        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs_before
+        setting = f"{graphs} graphs for {len(arms) * (repeats + 2)} decodes (2 expected: one AR step, one WeDLM step)"
+        report.add("recompiles", "dynamo", setting, graphs=graphs)
+
     with torch.inference_mode():
-        decode_section(report, model, hook, "decode, eager sdpa", eager, prompt, new_tokens, repeats)
+        report.guarded("window forward", window_forwards)
+        report.guarded("decode, eager sdpa", eager_decodes)
         if not args.skip_compile:
-            compile_config = CompileConfig(backend=backend, mode="reduce-overhead" if backend == "inductor" else None)
-            compile_config._compile_all_devices = True  # transformers compiles AR decoding only on accelerators
-            static = {"cache_implementation": "static", "compile_config": compile_config,
-                      "max_cache_len": context + new_tokens + 64}
-            compiled = {"ar static+compile": ({"decoding": "ar"} | static, None)} | {
-                f"wedlm static+compile k={k}": (wedlm | static, k) for k in (1, max(accepted))
-            }
-            graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-            decode_section(report, model, hook, f"decode, compiled ({backend})", compiled, prompt, new_tokens, repeats)
-            graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs_before
-            decodes = len(compiled) * (repeats + 2)
-            report.add("recompiles", "dynamo", f"{graphs} graphs for {decodes} decodes (2 expected: one AR step, one WeDLM step)", graphs=graphs)
+            report.guarded("decode, compiled", compiled_decodes)
     flash_test(report)
     print(LEGEND)
-
+    if report.failures:
+        raise SystemExit(f"gpu_check: {report.failures} section(s) failed; see the FAILED rows")
 
 if __name__ == "__main__":
     main()
