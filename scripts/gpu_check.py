@@ -1,4 +1,4 @@
-"""The GPU check of WeDLM decoding, one table: forward costs, step costs, host syncs, the compiled path, FlashAttention.
+"""The GPU check of WeDLM decoding, one table: forward costs, step costs, host syncs, the compiled path, GPU tests.
 
 On a randomly initialised Qwen3-8B-shaped model in bf16, built on the GPU (no download; `gpu_window_cost.py`):
 
@@ -12,7 +12,8 @@ On a randomly initialised Qwen3-8B-shaped model in bf16, built on the GPU (no do
    Host syncs per forward are counted in a separate, untimed decode (`torch.cuda.set_sync_debug_mode`).
 3. decode, compiled: the same with transformers' static cache + `torch.compile` for AR and WeDLM's static-shape
    path (`cache_implementation="static"`, generation/static.py) for WeDLM, one `CompileConfig`, after a warm-up.
-4. `tests/gpu/test_flash.py` (FlashAttention-2 vs SDPA token equality), in a subprocess.
+4. `tests/gpu`, in a subprocess: FlashAttention-2 vs SDPA token equality (`test_flash.py`), and the static path on
+   CUDA, eager and compiled with CUDA graphs (`test_static_cuda.py`).
 
 Rows print as they are measured; the JSON (`--json`, default `$OUT/gpu_check.json` when `OUT` is set) is
 rewritten after every row. `--smoke` runs a tiny fp32 model on the CPU in under a minute, to test the script.
@@ -203,14 +204,14 @@ def decode_section(
                    generated / forwards, speed, speed / ar_speed, round(syncs.count / forwards, 1))
 
 
-def flash_test(report: Report) -> None:
+def gpu_tests(report: Report) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/gpu/test_flash.py"],
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/gpu"],
         capture_output=True, text=True,
     )
     lines = [line for line in result.stdout.splitlines() if line.strip()]
     summary = lines[-1] if lines else result.stderr.strip()[-200:]
-    report.add("flash test", "tests/gpu/test_flash.py", summary.strip("= "), returncode=result.returncode)
+    report.add("GPU tests", "tests/gpu", summary.strip("= "), returncode=result.returncode)
     report.failures += result.returncode != 0
 
 
@@ -278,7 +279,7 @@ def main() -> None:
         report.guarded("decode, eager sdpa", eager_decodes)
         if not args.skip_compile:
             report.guarded("decode, compiled", compiled_decodes)
-    flash_test(report)
+    gpu_tests(report)
     print(LEGEND)
     if report.failures:
         raise SystemExit(f"gpu_check: {report.failures} section(s) failed; see the FAILED rows")
