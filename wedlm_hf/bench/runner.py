@@ -18,7 +18,7 @@ import psutil
 import torch
 from transformers import PreTrainedModel
 
-from ..generation.settings import WeDLMSettings
+from ..generation.settings import DEFAULT_WINDOW_SIZE
 from .arms import BASELINE, COMPILED_FAMILIES, FAMILIES, Arm, Decoded, build_arms
 
 SCALING_LENGTHS = (64, 128, 256, 512, 1024)
@@ -286,9 +286,7 @@ def _compile_options(
     backend = config.compile_backend
     compile_config = CompileConfig(backend=backend, mode="reduce-overhead" if backend == "inductor" else None)
     compile_config._compile_all_devices = True  # transformers compiles AR decoding only on accelerators otherwise
-    window_size = WeDLMSettings.resolve(
-        model.generation_config, model.config, model.config.get_text_config().vocab_size
-    ).window_size
+    window_size = getattr(model.generation_config, "wedlm_window_size", None) or DEFAULT_WINDOW_SIZE
     longest_prompt = max(len(p) for prompts in prompt_sets.values() for p in prompts)
     longest_output = max((config.max_new_tokens, *lengths))
     return {"compile_config": compile_config, "max_cache_len": longest_prompt + longest_output + 2 * window_size}
