@@ -7,11 +7,13 @@ every mask, unless the threshold is passed to `generate`.
 """
 
 import math
-import warnings
 from dataclasses import dataclass
 from numbers import Integral, Real
 
 from transformers import GenerationConfig, PreTrainedConfig
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
 
 UNSET = object()
 """Marks a keyword the caller did not pass (`None` is a legal threshold, meaning one slot per step)."""
@@ -90,10 +92,9 @@ class WeDLMSettings:
             if not isinstance(flag, bool):
                 raise ValueError(f"`{name}` must be True or False, got {flag!r}.")
         if not static and getattr(generation_config, "compile_config", None) is not None:
-            warnings.warn(
+            logger.warning(
                 "`compile_config` is used by WeDLM's static-shape path only; pass cache_implementation='static' (or "
-                "wedlm_static=True) to compile the step.",
-                stacklevel=2,
+                "wedlm_static=True) to compile the step."
             )
         if blockwise and lossless:
             raise ValueError("`wedlm_blockwise` and `wedlm_lossless` cannot be combined; choose one.")
