@@ -105,6 +105,16 @@ def test_blockwise_and_output_logits_match_default():
     assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(static.logits, default.logits))
 
 
+@pytest.mark.parametrize("window_size,max_new_tokens", [(1, 9), (16, 3)])
+def test_small_windows_and_budgets_match_default(window_size, max_new_tokens):
+    model = tiny_model("wedlm", seed=6, peak=40)
+    input_ids, attention_mask = random_prompts([4, 10], seed=3)
+    options = dict(wedlm_window_size=window_size, max_new_tokens=max_new_tokens)
+    static = generate(model, input_ids, attention_mask, wedlm_static=True, **options)
+    default = generate(model, input_ids, attention_mask, **options)
+    assert torch.equal(static.sequences, default.sequences) and static.wedlm_stats == default.wedlm_stats
+
+
 def test_compile_config_without_the_static_path_warns():
     model = tiny_model("wedlm", peak=40)
     input_ids, attention_mask = random_prompts([6], seed=1)
