@@ -525,8 +525,9 @@ def wedlm_decode(
     """WeDLM decoding loop; use as `model.generate(custom_generate=wedlm_decode, mask_token_id=..., ...)`.
 
     Takes the `wedlm_*` keywords (window size, entropy threshold, distance penalty, `wedlm_lossless` for output
-    identical to greedy AR and `wedlm_draft_schedule` for its drafts, `wedlm_blockwise` for the paper's baseline)
-    and `mask_token_id`, else the generation config's attributes of those names, else the defaults of `WeDLMSettings`. Prefer `generate(decoding="wedlm")`
+    identical to greedy AR and `wedlm_draft_schedule` for its drafts, `wedlm_blockwise` for the paper's baseline,
+    `wedlm_static` for fixed shapes that `torch.compile` captures once) and `mask_token_id`, else the generation
+    config's attributes of those names, else the defaults of `WeDLMSettings`. Prefer `generate(decoding="wedlm")`
     (via `enable`): transformers 5.x hands a callable neither the streamer nor the tokenizer `stop_strings` need.
     """
     _validate_request(model, generation_config, model_kwargs, synced_gpus)

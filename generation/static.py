@@ -61,6 +61,7 @@ class WindowStaticCache(Cache):
         self.columns = torch.arange(self.max_cache_len, device=device)
         self.prompt_valid = torch.ones(batch_size, self.max_cache_len, dtype=torch.bool, device=device)
         self.prompt_valid[:, : self.prompt_length] = prompt_mask.bool()
+        self.prompt_tokens = prompt_mask.long().sum(1)
         self.committed = torch.zeros(batch_size, dtype=torch.long, device=device)
         """Window tokens committed per row: row r's next window starts at column prompt_length + committed[r]."""
         self.rows = torch.arange(batch_size, device=device)
@@ -103,7 +104,7 @@ class WindowStaticCache(Cache):
     @property
     def valid_per_row(self) -> torch.Tensor:
         """Valid K/V columns of each row still decoding (prompt tokens and committed ones), as `WeDLMCache` has."""
-        return self.prompt_valid[self.rows, : self.prompt_length].sum(1) + self.committed[self.rows]
+        return (self.prompt_tokens + self.committed)[self.rows]
 
     def commit(self, num_committed: torch.Tensor, *sizes: int) -> None:
         """After a forward, keep each live row's first `num_committed` window slots (the rest get overwritten).
@@ -141,7 +142,9 @@ class StaticShapes:
         needed = input_ids.shape[1] + self.max_new_tokens + self.width
         max_cache_len = max(needed, generation_config.max_cache_len or 0)
         self.cache = WindowStaticCache(model.config, prompt_mask, max_cache_len, mask_dtype)
-        self.compiled_call = model.get_compiled_call(generation_config.compile_config) if compiles(model, generation_config) else None
+        self.compiled_call = None
+        if compiles(model, generation_config):
+            self.compiled_call = model.get_compiled_call(generation_config.compile_config)
 
     def _begin_step(self, *args, **kwargs):
         """The step's sync as usual, but every forward feeds (and keeps the logits of) the full width."""

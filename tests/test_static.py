@@ -3,6 +3,7 @@ reference and greedy AR, and the property it exists for: dynamo traces the step 
 
 import pytest
 import torch
+from test_syncs import SYNCS_PER_STEP, syncs_per_step
 from tiny_models import EOS_ID, MASK_ID, random_prompts, tiny_model
 from transformers import CompileConfig
 from transformers.testing_utils import CaptureLogger
@@ -156,3 +157,10 @@ def test_dynamo_traces_the_step_once():
             assert len(set(output.wedlm_stats.forwards)) > 1, "rows should finish at different steps"
         assert len(graphs) == 1, f"call {index} recompiled the step"
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("options", [{}, {"wedlm_lossless": True}])
+def test_static_path_keeps_one_host_sync_per_step(monkeypatch, options):
+    """Fixed shapes change no host reads: the step's one sync, as on the default path (tests/test_syncs.py)."""
+    per_step, where = syncs_per_step(monkeypatch, "wedlm", [5, 9, 3], wedlm_static=True, **options)
+    assert 1 <= per_step <= SYNCS_PER_STEP, f"{per_step:.2f} syncs per step: {sorted(set(where))}"
