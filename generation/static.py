@@ -46,8 +46,9 @@ class RowWriteLayer(StaticLayer):
 class WindowStaticCache(Cache):
     """Preallocated K/V for WeDLM windows: the same shapes at every step, whatever each row commits.
 
-    Keeps the interface the decoder uses on `WeDLMCache` (`attention_mask`, `commit`, `select_rows`), but rows
-    never leave: `rows` lists the ones still decoding, and the masks and writes cover the whole batch.
+    Keeps the interface the decoder's step sync uses on `WeDLMCache` (`valid_per_row`, `commit`, `select_rows`) and
+    builds each forward's 4D mask itself (`attention_mask`), but rows never leave: `rows` lists the ones still
+    decoding, and the masks and writes cover the whole batch.
     """
 
     def __init__(self, config: PreTrainedConfig, prompt_mask: torch.Tensor, max_cache_len: int, mask_dtype=None):
