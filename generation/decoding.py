@@ -251,28 +251,35 @@ class WindowDecoder:
             input_ids = torch.cat([self.pending_prompt, input_ids], dim=1)
             position_ids = torch.cat([self.prompt_positions, position_ids], dim=1)
             self.pending_prompt = None
-        past_length = self.cache.get_seq_length()
-        attention_mask = prebuilt_attention_mask(
-            self.model.config, self.cache.key_valid(fed_live), input_ids.shape[1], self.model.dtype
-        )
-        with window_attention(self.model.config):
-            logits = self.model(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                position_ids=position_ids,
-                cache=self.cache,
-                use_cache=True,
-                # with the prompt, one more: the last prompt token's logits, the AR prediction of the first new token
-                logits_to_keep=keep + int(prompt_pending),
-                **flash_sequence_lengths(
-                    self.model.config, input_ids.shape[0], input_ids.shape[1], past_length, input_ids.device
-                ),
-            ).logits
+        # with the prompt, one more column: the last prompt token's logits, the AR prediction of the first new token
+        logits = self._forward(input_ids, position_ids, fed_live, logits_to_keep=keep + int(prompt_pending))
         self.prompt_logits = logits[:, 0] if prompt_pending else None
         self.stats.model_calls += 1
         self.total_forwards[self.rows] += 1
         self.total_processed[self.rows] += length
         return logits[:, logits.shape[1] - keep :], order.argsort(dim=1) - (fed - keep)
+
+    def _forward(
+        self, input_ids: torch.Tensor, position_ids: torch.Tensor, window_live: torch.Tensor, logits_to_keep: int
+    ) -> torch.Tensor:
+        """The model's forward over the fed columns (`window_live`: the live window slots among them), under the
+        step's prebuilt mask; returns the logits of the last `logits_to_keep` columns."""
+        past_length = self.cache.get_seq_length()
+        attention_mask = prebuilt_attention_mask(
+            self.model.config, self.cache.key_valid(window_live), input_ids.shape[1], self.model.dtype
+        )
+        with window_attention(self.model.config):
+            return self.model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                cache=self.cache,
+                use_cache=True,
+                logits_to_keep=logits_to_keep,
+                **flash_sequence_lengths(
+                    self.model.config, input_ids.shape[0], input_ids.shape[1], past_length, input_ids.device
+                ),
+            ).logits
 
     def _shift(self, shift: torch.Tensor, length: torch.Tensor, physical: torch.Tensor) -> torch.Tensor:
         """Drop each row's first `shift` slots; return where this forward's logits of each remaining slot are."""
@@ -420,11 +427,12 @@ def reject_unsupported(generation_config: GenerationConfig, options: dict | None
                 f"there are no per-token {name[7:]} to return; run `model(output.sequences, {name}=True)` on the "
                 "generated sequences instead."
             )
-    if given("cache_implementation") is not None:
+    if given("cache_implementation") not in (None, "static"):
         raise UnsupportedRequest(
             f"`cache_implementation={given('cache_implementation')!r}`: WeDLM decoding builds its own cache "
-            "(`WeDLMCache`, which crops what a window forward wrote); drop `cache_implementation` (pass "
-            "`cache_implementation=None` where the generation config sets it)."
+            "(`WeDLMCache`, which crops what a window forward wrote, or with `cache_implementation='static'` the "
+            "fixed-shape `WindowStaticCache`); drop `cache_implementation` (pass `cache_implementation=None` where "
+            "the generation config sets it) or pass 'static'."
         )
     if given("use_cache") is False:
         raise UnsupportedRequest(
@@ -511,13 +519,15 @@ def wedlm_decode(
     wedlm_blockwise=UNSET,
     wedlm_lossless=UNSET,
     wedlm_draft_schedule=UNSET,
+    wedlm_static=UNSET,
     **model_kwargs,
 ) -> WeDLMGenerateOutput | torch.LongTensor:
     """WeDLM decoding loop; use as `model.generate(custom_generate=wedlm_decode, mask_token_id=..., ...)`.
 
     Takes the `wedlm_*` keywords (window size, entropy threshold, distance penalty, `wedlm_lossless` for output
-    identical to greedy AR and `wedlm_draft_schedule` for its drafts, `wedlm_blockwise` for the paper's baseline)
-    and `mask_token_id`, else the generation config's attributes of those names, else the defaults of `WeDLMSettings`. Prefer `generate(decoding="wedlm")`
+    identical to greedy AR and `wedlm_draft_schedule` for its drafts, `wedlm_blockwise` for the paper's baseline,
+    `wedlm_static` for fixed shapes that `torch.compile` captures once) and `mask_token_id`, else the generation
+    config's attributes of those names, else the defaults of `WeDLMSettings`. Prefer `generate(decoding="wedlm")`
     (via `enable`): transformers 5.x hands a callable neither the streamer nor the tokenizer `stop_strings` need.
     """
     _validate_request(model, generation_config, model_kwargs, synced_gpus)
@@ -533,6 +543,7 @@ def wedlm_decode(
         blockwise=wedlm_blockwise,
         lossless=wedlm_lossless,
         draft_schedule=wedlm_draft_schedule,
+        static=wedlm_static,
     )
     _validate_special_tokens(settings, generation_config)
     prompt_mask = _prompt_mask(input_ids, model_kwargs)
@@ -542,6 +553,10 @@ def wedlm_decode(
         from .lossless import LosslessDecoder  # the lossless decoder builds on this module
 
         decoder_class = LosslessDecoder
+    if settings.static:
+        from .static import static_decoder  # builds on both decoders
+
+        decoder_class = static_decoder(decoder_class)
     decoder = decoder_class(
         model,
         input_ids,

@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 
 from transformers import GenerationConfig, PreTrainedConfig
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
 
 UNSET = object()
 """Marks a keyword the caller did not pass (`None` is a legal threshold, meaning one slot per step)."""
@@ -31,6 +34,8 @@ class WeDLMSettings:
     blockwise: bool = False
     lossless: bool = False
     draft_schedule: str = "adaptive"
+    static: bool = False
+    """Fixed-shape steps over a preallocated cache (generation/static.py), for torch.compile / CUDA graphs."""
 
     @classmethod
     def resolve(
@@ -45,6 +50,7 @@ class WeDLMSettings:
         blockwise=UNSET,
         lossless=UNSET,
         draft_schedule=UNSET,
+        static=UNSET,
     ) -> "WeDLMSettings":
         def pick(value, name, default):
             if value is not UNSET:
@@ -63,6 +69,8 @@ class WeDLMSettings:
         blockwise = pick(blockwise, "wedlm_blockwise", False)
         schedule_passed = draft_schedule is not UNSET
         draft_schedule = pick(draft_schedule, "wedlm_draft_schedule", "adaptive")
+        # `cache_implementation="static"`, transformers' switch for compiled AR decoding, selects the same for WeDLM
+        static = pick(static, "wedlm_static", getattr(generation_config, "cache_implementation", None) == "static")
         if mask_token_id is None:
             mask_token_id = getattr(model_config, "mask_token_id", None)
 
@@ -86,9 +94,14 @@ class WeDLMSettings:
             raise ValueError(
                 f"`mask_token_id` must be an integer id inside the vocabulary [0, {vocab_size}), got {mask_token_id!r}."
             )
-        for name, flag in (("wedlm_blockwise", blockwise), ("wedlm_lossless", lossless)):
+        for name, flag in (("wedlm_blockwise", blockwise), ("wedlm_lossless", lossless), ("wedlm_static", static)):
             if not isinstance(flag, bool):
                 raise ValueError(f"`{name}` must be True or False, got {flag!r}.")
+        if not static and getattr(generation_config, "compile_config", None) is not None:
+            logger.warning(
+                "`compile_config` is used by WeDLM's static-shape path only; pass cache_implementation='static' (or "
+                "wedlm_static=True) to compile the step."
+            )
         if blockwise and lossless:
             raise ValueError("`wedlm_blockwise` and `wedlm_lossless` cannot be combined; choose one.")
         if draft_schedule not in DRAFT_SCHEDULES:
@@ -101,6 +114,7 @@ class WeDLMSettings:
             blockwise=blockwise,
             lossless=lossless,
             draft_schedule=draft_schedule,
+            static=static,
             window_size=int(window_size),
             entropy_threshold=None if entropy_threshold is None else float(entropy_threshold),
             pos_penalty_factor=float(pos_penalty_factor),

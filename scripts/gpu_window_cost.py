@@ -7,14 +7,18 @@ one-token forward and a 16-token window forward (non-monotonic positions, explic
 against that cached context, cropping the cache back after each. Runs sdpa, and flash_attention_2 when the
 `flash_attn` package imports. Written for an H200 (about 2 minutes); not run in the session that wrote it.
 
-    python scripts/gpu_window_cost.py [--layers 36] [--contexts 1024,4096] [--window 16] [--repeats 30]
+    python scripts/gpu_window_cost.py [--layers 36] [--contexts 1024,4096] [--window 16] [--repeats 30] [--json PATH]
     python scripts/gpu_window_cost.py --smoke   # CPU, tiny model: checks the script itself
+
+`scripts/gpu_check.sh` runs this measurement among its others.
 """
 
 import argparse
 import importlib.util
+import json
 import statistics
 import time
+from pathlib import Path
 
 import torch
 from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM
@@ -68,6 +72,52 @@ def forward_cost(model, context: int, query: int, warmup: int, repeats: int) -> 
     return statistics.median(samples)
 
 
+def build_model(smoke: bool, layers: int | None = None) -> Qwen3ForCausalLM:
+    """A random Qwen3-8B-shaped model in bf16 on the GPU, or (`smoke`) a tiny fp32 one on the CPU."""
+    device = torch.device("cpu" if smoke else "cuda")
+    dtype = torch.float32 if smoke else torch.bfloat16
+    shape = QWEN3_8B | (SMOKE if smoke else {})
+    if layers is not None:
+        shape["num_hidden_layers"] = layers
+    torch.manual_seed(0)
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device), torch.inference_mode():
+            model = Qwen3ForCausalLM(Qwen3Config(**shape)).eval()
+    finally:
+        torch.set_default_dtype(torch.float32)
+    model.config._attn_implementation = "sdpa"
+    return model
+
+
+def describe(model: Qwen3ForCausalLM) -> str:
+    name = torch.cuda.get_device_name() if model.device.type == "cuda" else "CPU (smoke test)"
+    parameters = sum(p.numel() for p in model.parameters()) / 1e9
+    layers = model.config.num_hidden_layers
+    return f"{name}; Qwen3-8B shape, {layers} layers, {parameters:.2f}B parameters, {model.dtype}, batch 1"
+
+
+def attention_implementations(model: Qwen3ForCausalLM) -> list[str]:
+    """sdpa, plus flash_attention_2 on a GPU where the `flash_attn` package imports."""
+    flash = model.device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None
+    return ["sdpa"] + (["flash_attention_2"] if flash else [])
+
+
+def window_costs(model, contexts, window: int, warmup: int, repeats: int) -> list[dict]:
+    """One row per attention implementation and context: AR 1-token and W-slot window forward ms, and their ratio."""
+    rows = []
+    with torch.inference_mode():
+        for implementation in attention_implementations(model):
+            model.config._attn_implementation = implementation
+            for context in contexts:
+                ar = forward_cost(model, context, 1, warmup, repeats)
+                window_ms = forward_cost(model, context, window, warmup, repeats)
+                rows.append(dict(attention=implementation, context=context, ar_ms=ar, window_ms=window_ms,
+                                 window=window, ratio=window_ms / ar))
+    model.config._attn_implementation = "sdpa"
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=QWEN3_8B["num_hidden_layers"])
@@ -75,32 +125,20 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=16)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--json", default=None, metavar="PATH", help="also write the rows as JSON")
     parser.add_argument("--smoke", action="store_true", help="tiny fp32 model on CPU, to test the script")
     args = parser.parse_args()
     if not args.smoke and not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU (or --smoke for a CPU check of the script)")
-    device = torch.device("cpu" if args.smoke else "cuda")
-    dtype = torch.float32 if args.smoke else torch.bfloat16
-    shape = QWEN3_8B | (SMOKE if args.smoke else {}) | {"num_hidden_layers": args.layers}
-    implementations = ["sdpa"] + (["flash_attention_2"] if importlib.util.find_spec("flash_attn") and not args.smoke else [])
-
-    torch.manual_seed(0)
-    torch.set_default_dtype(dtype)
-    with torch.device(device), torch.inference_mode():
-        model = Qwen3ForCausalLM(Qwen3Config(**shape)).eval()
-    torch.set_default_dtype(torch.float32)
-    name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU (smoke test)"
-    parameters = sum(p.numel() for p in model.parameters()) / 1e9
-    print(f"{name}; Qwen3-8B shape, {args.layers} layers, {parameters:.2f}B parameters, {dtype}, batch 1")
+    model = build_model(args.smoke, args.layers)
+    print(describe(model))
     print(f"| attention | context | AR 1-token forward ms | W={args.window} window forward ms | window / AR |")
     print("|---|---|---|---|---|")
-    with torch.inference_mode():
-        for implementation in implementations:
-            model.config._attn_implementation = implementation
-            for context in (int(c) for c in args.contexts.split(",")):
-                ar = forward_cost(model, context, 1, args.warmup, args.repeats)
-                window = forward_cost(model, context, args.window, args.warmup, args.repeats)
-                print(f"| {implementation} | {context} | {ar:.2f} | {window:.2f} | {window / ar:.2f} |", flush=True)
+    rows = window_costs(model, [int(c) for c in args.contexts.split(",")], args.window, args.warmup, args.repeats)
+    for r in rows:
+        print(f"| {r['attention']} | {r['context']} | {r['ar_ms']:.2f} | {r['window_ms']:.2f} | {r['ratio']:.2f} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"model": describe(model), "rows": rows}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

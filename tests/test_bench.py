@@ -89,3 +89,35 @@ def test_cli_writes_table_json_and_png(tmp_path, capsys):
     assert "| wedlm@1slot |" in out and "| ar |" in out
     assert json.loads(json_path.read_text())["config"]["max_new_tokens"] == 8
     assert png_path.stat().st_size > 0
+
+
+def test_compile_flag_adds_compiled_arms(tmp_path, capsys):
+    """`--compile BACKEND` adds ar_compiled and wedlm_compiled, both really compiled (a registered pass-through
+    backend counts the graphs, so no C++ compiler is needed), and decoding the same tokens as their eager arms."""
+    from torch._dynamo import register_backend
+
+    graphs = []
+
+    @register_backend(name="wedlm_test_counting")
+    def counting(graph_module, example_inputs):
+        graphs.append([tuple(t.shape) for t in example_inputs if isinstance(t, torch.Tensor)])
+        return graph_module.forward
+
+    torch._dynamo.reset()
+    json_path = tmp_path / "b.json"
+    code = main([
+        "bench", "--model", "random", "--arms", "ar,wedlm", "--num-prompts", "2", "--max-new-tokens", "8",
+        "--repeats", "1", "--thresholds", "", "--lengths", "", "--no-progress", "--compile", "wedlm_test_counting",
+        "--json", str(json_path),
+    ])
+    torch._dynamo.reset()
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "| ar_compiled |" in out and "| wedlm_compiled |" in out
+    data = json.loads(json_path.read_text())
+    assert data["config"]["compile_backend"] == "wedlm_test_counting"
+    rows = {r["arm"]: r for r in data["sets"]["random"]}
+    assert rows["ar_compiled"]["outputs"] == rows["ar"]["outputs"]
+    assert rows["wedlm_compiled"]["outputs"] == rows["wedlm"]["outputs"]
+    shapes = {shape for inputs in graphs for shape in inputs}
+    assert (1, 1) in shapes and (1, 32) in shapes, "compiled steps: AR feeds 1 token per row, WeDLM 2W = 32"

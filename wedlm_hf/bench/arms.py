@@ -28,6 +28,15 @@ FAMILIES: dict[str, dict] = {
 THRESHOLD_SWEPT = ("wedlm", "wedlm_blockwise")
 """Families that are also run at every threshold of the sweep (speed/quality curve, paper Fig. 4a)."""
 
+COMPILED_FAMILIES: dict[str, dict] = {
+    "ar_compiled": {"decoding": "ar", "cache_implementation": "static"},
+    "wedlm_compiled": {"decoding": "wedlm", "cache_implementation": "static"},
+}
+"""With `--compile`, compiled name -> keywords: transformers' static cache + `torch.compile` (the strongest AR a
+transformers user has) and WeDLM's static-shape path (generation/static.py), which `cache_implementation="static"`
+selects. Both get the same `compile_config` and a `max_cache_len` that fits every call, so neither recompiles
+between prompts. Each is added when its eager family ("ar", "wedlm") runs."""
+
 BASELINE = "ar"
 """The arm every other arm's output is compared with, and whose speed the speed-ups divide by."""
 
@@ -104,8 +113,11 @@ def threshold_label(threshold: float | None) -> str:
     return "1slot" if threshold is None else f"{threshold:g}"
 
 
-def build_arms(families: Sequence[str] = tuple(FAMILIES), thresholds: Sequence[float | None] = ()) -> list[Arm]:
-    """Every family at the model's defaults, then the swept families at each threshold (`None`: one slot/step)."""
+def build_arms(
+    families: Sequence[str] = tuple(FAMILIES), thresholds: Sequence[float | None] = (), compiled: dict | None = None
+) -> list[Arm]:
+    """Every family at the model's defaults, then the swept families at each threshold (`None`: one slot/step),
+    then, given `compiled` (the `compile_config` and `max_cache_len` keywords), the compiled arms."""
     unknown = set(families) - set(FAMILIES)
     if unknown:
         raise ValueError(f"unknown arms {sorted(unknown)}; known: {', '.join(FAMILIES)}")
@@ -116,4 +128,10 @@ def build_arms(families: Sequence[str] = tuple(FAMILIES), thresholds: Sequence[f
                 Arm(f"{name}@{threshold_label(t)}", name, FAMILIES[name] | {"wedlm_entropy_threshold": t}, t)
                 for t in thresholds
             ]
+    if compiled is not None:
+        arms += [
+            Arm(name, name, options | compiled)
+            for name, options in COMPILED_FAMILIES.items()
+            if name.removesuffix("_compiled") in families
+        ]
     return arms

@@ -1,4 +1,5 @@
-"""Benchmark WeDLM against greedy AR, prompt lookup, block-wise WeDLM and the cache-free reference.
+"""Benchmark WeDLM against greedy AR, prompt lookup, block-wise WeDLM and the cache-free reference; with
+`--compile`, also compiled AR on transformers' static cache against WeDLM's compiled static-shape path.
 
 Prints a markdown table (tokens/s, forwards, tokens/forward, p_cache, peak RSS, agreement with AR) per prompt set
 and the time-vs-length table; optionally writes JSON and a PNG.
@@ -45,6 +46,11 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="torch intra-op threads (default 1: with busy cores, more threads spin-wait and a small "
                         "model runs up to ~70x slower; 0 keeps torch's choice)")
     parser.add_argument("--quick", action="store_true", help="small sizes (4 prompts, 64 tokens, 2 repeats): a few minutes")
+    parser.add_argument(
+        "--compile", nargs="?", const="inductor", default=None, metavar="BACKEND",
+        help="also run ar_compiled (transformers' static cache + torch.compile) and wedlm_compiled (WeDLM's "
+        "static-shape path, compiled the same way); BACKEND defaults to inductor, 'eager' checks the wiring quickly",
+    )
     parser.add_argument("--json", default=None, metavar="PATH", help="write all results as JSON")
     parser.add_argument("--plot", default=None, metavar="PATH", help="write the two figures as PNG")
     parser.add_argument("--no-progress", action="store_true")
@@ -80,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         thresholds=_thresholds(args.thresholds),
         families=tuple(a.strip() for a in args.arms.split(",")) if args.arms else None,
         scaling_lengths=_ints(args.lengths),
+        compile_backend=args.compile,
     )
     result = run_bench(model, prompt_sets, config, progress=not args.no_progress)
     sys.stdout.write(markdown(result))

@@ -18,7 +18,8 @@ import psutil
 import torch
 from transformers import PreTrainedModel
 
-from .arms import BASELINE, FAMILIES, Arm, Decoded, build_arms
+from ..generation.settings import DEFAULT_WINDOW_SIZE
+from .arms import BASELINE, COMPILED_FAMILIES, FAMILIES, Arm, Decoded, build_arms
 
 SCALING_LENGTHS = (64, 128, 256, 512, 1024)
 SCALING_FAMILIES = ("ar", "wedlm", "nocache")
@@ -34,6 +35,8 @@ class BenchConfig:
     scaling_lengths: tuple[int, ...] = SCALING_LENGTHS
     """Generated lengths of the time-vs-length run (empty: skip it); EOS is disabled there."""
     scaling_families: tuple[str, ...] = SCALING_FAMILIES
+    compile_backend: str | None = None
+    """`torch.compile` backend of the compiled arms (`arms.COMPILED_FAMILIES`); None: no compiled arms."""
 
 
 @dataclass
@@ -257,10 +260,12 @@ def run_bench(
     """Benchmark every arm on every prompt set, then time vs generated length; see the module docstring."""
     from tqdm.auto import tqdm
 
-    arms = build_arms(config.families or tuple(FAMILIES), config.thresholds)
     scaling_prompt = min(next(iter(prompt_sets.values())), key=len)
     lengths = _fitting_lengths(model, len(scaling_prompt), config.scaling_lengths)
-    scaling_arms = [a for a in arms if a.name in config.scaling_families] if lengths else []
+    compiled = _compile_options(model, prompt_sets, config, lengths) if config.compile_backend else None
+    arms = build_arms(config.families or tuple(FAMILIES), config.thresholds, compiled)
+    scaling_families = config.scaling_families + (tuple(COMPILED_FAMILIES) if compiled else ())
+    scaling_arms = [a for a in arms if a.name in scaling_families] if lengths else []
     total = sum(len(arms) * (1 + len(p) * (1 + config.repeats)) for p in prompt_sets.values())
     total += len(scaling_arms) * (1 + len(lengths) * config.repeats)
     with tqdm(total=total, desc="bench", unit="decode", disable=not progress) as bar:
@@ -269,6 +274,22 @@ def run_bench(
     scaling = {name: {n: statistics.median(s) for n, s in by_length.items()} for name, by_length in samples.items()}
     return BenchResult(config=config, machine=machine_info(), sets=sets, scaling=scaling)
 
+
+
+def _compile_options(
+    model: PreTrainedModel, prompt_sets: dict[str, list[list[int]]], config: BenchConfig, lengths: Sequence[int]
+) -> dict:
+    """The keywords both compiled arms get: one `CompileConfig` (CUDA graphs with inductor, transformers' default
+    mode) and a `max_cache_len` for the longest prompt and output plus a WeDLM step's width, so no call recompiles."""
+    from transformers import CompileConfig
+
+    backend = config.compile_backend
+    compile_config = CompileConfig(backend=backend, mode="reduce-overhead" if backend == "inductor" else None)
+    compile_config._compile_all_devices = True  # transformers compiles AR decoding only on accelerators otherwise
+    window_size = getattr(model.generation_config, "wedlm_window_size", None) or DEFAULT_WINDOW_SIZE
+    longest_prompt = max(len(p) for prompts in prompt_sets.values() for p in prompts)
+    longest_output = max((config.max_new_tokens, *lengths))
+    return {"compile_config": compile_config, "max_cache_len": longest_prompt + longest_output + 2 * window_size}
 
 
 def _fitting_lengths(model: PreTrainedModel, prompt_length: int, lengths: Sequence[int]) -> tuple[int, ...]:
