@@ -11,6 +11,7 @@ ALLOWED_IMPORTS = {
     "transformers",
     "huggingface_hub",  # its config dataclass helpers, which transformers' own configs use
     "collections",
+    "contextlib",
     "copy",
     "dataclasses",
     "functools",
