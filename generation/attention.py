@@ -16,6 +16,7 @@ forwards there run through `WINDOW_SDPA`, an attention function registered with 
 """
 
 import contextlib
+import inspect
 from collections.abc import Iterator
 
 import torch
@@ -48,10 +49,28 @@ AttentionInterface.register(WINDOW_SDPA, window_sdpa_attention)
 ALL_MASK_ATTENTION_FUNCTIONS.register(WINDOW_SDPA, sdpa_mask)
 
 
+_DISPATCHES_BY_NAME: dict[type, bool] = {}
+
+
+def dispatches_through_attention_interface(model: torch.nn.Module) -> bool:
+    """Whether every attention module of `model` looks its function up by name in `ALL_ATTENTION_FUNCTIONS`.
+
+    Some families (Falcon, for one) compare `_attn_implementation` with "sdpa" themselves and would take their
+    eager path, with a boolean mask, under another name; those keep plain SDPA. Decided once per model class."""
+    model_class = type(model)
+    if model_class not in _DISPATCHES_BY_NAME:
+        attention_classes = {type(m) for m in model.modules() if type(m).__name__.endswith("Attention")}
+        _DISPATCHES_BY_NAME[model_class] = bool(attention_classes) and all(
+            hasattr(inspect.getmodule(c), "ALL_ATTENTION_FUNCTIONS") for c in attention_classes
+        )
+    return _DISPATCHES_BY_NAME[model_class]
+
+
 @contextlib.contextmanager
-def window_attention(config: PreTrainedConfig) -> Iterator[None]:
+def window_attention(model: torch.nn.Module) -> Iterator[None]:
     """For one window forward of an SDPA model: `WINDOW_SDPA` as its attention function, then SDPA again."""
-    if getattr(config, "_attn_implementation", None) != "sdpa":
+    config = model.config
+    if getattr(config, "_attn_implementation", None) != "sdpa" or not dispatches_through_attention_interface(model):
         yield
         return
     config._attn_implementation = WINDOW_SDPA

@@ -268,7 +268,7 @@ class WindowDecoder:
         attention_mask = prebuilt_attention_mask(
             self.model.config, self.cache.key_valid(window_live), input_ids.shape[1], self.model.dtype
         )
-        with window_attention(self.model.config):
+        with window_attention(self.model):
             return self.model(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
