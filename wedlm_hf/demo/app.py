@@ -73,7 +73,7 @@ def _verdict(progress: dict[str, SideProgress], sampled: bool) -> str:
     if stats is None or ar.error is not None:
         return ""
     return format_verdict(
-        wedlm.token_ids, wedlm.seconds, ar.token_ids, ar.seconds, stats.total_tokens_per_forward, sampled
+        wedlm.token_ids, wedlm.seconds, ar.token_ids, ar.seconds, stats.tokens_per_forward[0], sampled
     )
 
 
