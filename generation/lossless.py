@@ -20,8 +20,10 @@ import torch
 from .decoding import WindowDecoder
 from .outputs import WeDLMStats
 
-LONGEST_AR_RUN = 32
-"""Adaptive schedule: the most AR-only forwards a row takes before it tries one draft again."""
+FIRST_AR_RUN = 4
+LONGEST_AR_RUN = 64
+"""Adaptive schedule: the fewest and the most AR-only forwards a row takes before it tries one draft again (a try
+costs two wider forwards: one to draft, one to verify)."""
 
 
 class LosslessDecoder(WindowDecoder):
@@ -34,7 +36,8 @@ class LosslessDecoder(WindowDecoder):
     small start cost 2 of 8 forwards on the embedded checkpoint's counting prompts); after a rejection before half
     the limit, as many as were accepted (a later rejection keeps it); after a forward that accepts every draft,
     double plus one, up to the most. A row at zero drafts runs AR and tries one draft again after `probe_wait`
-    forwards, a wait that doubles (to `LONGEST_AR_RUN`) each time no draft is accepted and resets when one is.
+    forwards, a wait that doubles (from `FIRST_AR_RUN` to `LONGEST_AR_RUN`) each time no draft is accepted and
+    resets when one is.
     `"full"` drafts every slot of a `window_size` window, always.
     """
 
@@ -57,7 +60,7 @@ class LosslessDecoder(WindowDecoder):
         self.most_drafts = max(self.settings.window_size - 2, 0)
         self.draft_limit = torch.full_like(self.window_length, self.most_drafts)
         self.ar_run = torch.zeros_like(self.window_length)
-        self.probe_wait = torch.ones_like(self.window_length)
+        self.probe_wait = torch.full_like(self.window_length, FIRST_AR_RUN)
         self.mask_predicted = torch.zeros_like(self.done)
         """A row whose greedy next token was the mask id (reported at the next sync: lossless cannot go on)."""
         self._limit_window()
@@ -149,7 +152,7 @@ class LosslessDecoder(WindowDecoder):
         limit = torch.where(corrected & (2 * accepted < self.draft_limit), accepted, limit)
         self.probe_wait = torch.where(
             accepted > 0,
-            torch.ones_like(self.probe_wait),
+            torch.full_like(self.probe_wait, FIRST_AR_RUN),
             torch.where(corrected, (2 * self.probe_wait).clamp(max=LONGEST_AR_RUN), self.probe_wait),
         )
         self.ar_run = torch.where(limit == 0, self.ar_run + 1, torch.zeros_like(self.ar_run))
