@@ -15,9 +15,6 @@ forwards there run through `WINDOW_SDPA`, an attention function registered with 
 `AttentionInterface` (and `AttentionMaskInterface`, as SDPA's), selected for the duration of one forward.
 """
 
-import contextlib
-from collections.abc import Iterator
-
 import torch
 from transformers import AttentionInterface, PreTrainedConfig
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -48,17 +45,20 @@ AttentionInterface.register(WINDOW_SDPA, window_sdpa_attention)
 ALL_MASK_ATTENTION_FUNCTIONS.register(WINDOW_SDPA, sdpa_mask)
 
 
-@contextlib.contextmanager
-def window_attention(config: PreTrainedConfig) -> Iterator[None]:
-    """For one window forward of an SDPA model: `WINDOW_SDPA` as its attention function, then SDPA again."""
-    if getattr(config, "_attn_implementation", None) != "sdpa":
-        yield
-        return
-    config._attn_implementation = WINDOW_SDPA
-    try:
-        yield
-    finally:
-        config._attn_implementation = "sdpa"
+class WindowAttention:
+    """`with WindowAttention(config):` one window forward of an SDPA model runs `WINDOW_SDPA`, then SDPA again."""
+
+    def __init__(self, config: PreTrainedConfig):
+        self.config = config
+        self.swap = getattr(config, "_attn_implementation", None) == "sdpa"
+
+    def __enter__(self) -> None:
+        if self.swap:
+            self.config._attn_implementation = WINDOW_SDPA
+
+    def __exit__(self, *exception) -> None:
+        if self.swap:
+            self.config._attn_implementation = "sdpa"
 
 
 def uses_flash_attention(config: PreTrainedConfig) -> bool:
