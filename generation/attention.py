@@ -15,9 +15,7 @@ forwards there run through `WINDOW_SDPA`, an attention function registered with 
 `AttentionInterface` (and `AttentionMaskInterface`, as SDPA's), selected for the duration of one forward.
 """
 
-import contextlib
 import inspect
-from collections.abc import Iterator
 
 import torch
 from transformers import AttentionInterface, PreTrainedConfig
@@ -66,18 +64,22 @@ def dispatches_through_attention_interface(model: torch.nn.Module) -> bool:
     return _DISPATCHES_BY_NAME[model_class]
 
 
-@contextlib.contextmanager
-def window_attention(model: torch.nn.Module) -> Iterator[None]:
-    """For one window forward of an SDPA model: `WINDOW_SDPA` as its attention function, then SDPA again."""
-    config = model.config
-    if getattr(config, "_attn_implementation", None) != "sdpa" or not dispatches_through_attention_interface(model):
-        yield
-        return
-    config._attn_implementation = WINDOW_SDPA
-    try:
-        yield
-    finally:
-        config._attn_implementation = "sdpa"
+class WindowAttention:
+    """`with WindowAttention(model):` one window forward of an SDPA model runs `WINDOW_SDPA`, then SDPA again."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.config = model.config
+        self.swap = getattr(self.config, "_attn_implementation", None) == "sdpa" and (
+            dispatches_through_attention_interface(model)
+        )
+
+    def __enter__(self) -> None:
+        if self.swap:
+            self.config._attn_implementation = WINDOW_SDPA
+
+    def __exit__(self, *exception) -> None:
+        if self.swap:
+            self.config._attn_implementation = "sdpa"
 
 
 def uses_flash_attention(config: PreTrainedConfig) -> bool:

@@ -18,7 +18,7 @@ from transformers.generation.configuration_utils import GenerationMode
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 from transformers.generation.streamers import BaseStreamer
 
-from .attention import flash_sequence_lengths, prebuilt_attention_mask, window_attention
+from .attention import WindowAttention, flash_sequence_lengths, prebuilt_attention_mask
 from .cache import WeDLMCache
 from .outputs import WeDLMGenerateOutput, WeDLMStats
 from .processors import check_processors
@@ -268,7 +268,7 @@ class WindowDecoder:
         attention_mask = prebuilt_attention_mask(
             self.model.config, self.cache.key_valid(window_live), input_ids.shape[1], self.model.dtype
         )
-        with window_attention(self.model):
+        with WindowAttention(self.model):
             return self.model(
                 input_ids=input_ids,
                 attention_mask=attention_mask,

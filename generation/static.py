@@ -22,7 +22,7 @@ import torch
 from transformers import GenerationConfig, PreTrainedConfig, PreTrainedModel
 from transformers.cache_utils import Cache, StaticLayer
 
-from .attention import window_attention
+from .attention import WindowAttention
 from .decoding import WindowDecoder
 from .lossless import LosslessDecoder
 from .settings import WeDLMSettings
@@ -165,7 +165,7 @@ class StaticShapes:
         all_positions = position_ids.new_zeros(all_ids.shape).index_copy(0, rows, position_ids)
         attention_mask = self.cache.attention_mask(window_live)
         forward = self.compiled_call if self.compiled_call is not None and self.cache.prefilled else self.model
-        with window_attention(self.model):
+        with WindowAttention(self.model):
             logits = forward(
                 input_ids=all_ids,
                 attention_mask=attention_mask,

@@ -11,7 +11,6 @@ ALLOWED_IMPORTS = {
     "transformers",
     "huggingface_hub",  # its config dataclass helpers, which transformers' own configs use
     "collections",
-    "contextlib",
     "copy",
     "dataclasses",
     "functools",
