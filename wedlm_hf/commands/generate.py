@@ -52,7 +52,23 @@ def register(parser: argparse.ArgumentParser) -> None:
     mode.add_argument(
         "--lossless", action="store_true", help="WeDLM verified against the model's own greedy output (identical to it)"
     )
-    wedlm = parser.add_argument_group("WeDLM parameters")
+    add_wedlm_arguments(parser.add_argument_group("WeDLM parameters"))
+    sampling = parser.add_argument_group("sampling (default: greedy)")
+    sampling.add_argument("--do-sample", action="store_true", help="sample each token instead of taking the argmax")
+    sampling.add_argument("--temperature", type=float, help="with --do-sample (default: the model's generation config)")
+    sampling.add_argument("--top-p", type=float, help="with --do-sample (default: the model's generation config)")
+    sampling.add_argument("--seed", type=int, help="seed torch's generator, for a reproducible sample")
+    placement = parser.add_argument_group("placement")
+    placement.add_argument(
+        "--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"], help="'auto': the checkpoint's"
+    )
+    placement.add_argument("--device", default="auto", help="'auto': cuda if available, else cpu; or e.g. cpu, cuda:1")
+    add_batch_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+def add_wedlm_arguments(wedlm: argparse._ArgumentGroup) -> None:
+    """The WeDLM options shared by `generate` and `serve` (read back by `wedlm_keywords`)."""
     wedlm.add_argument(
         "--window-size", type=int, help="slots decoded in parallel (W); " + default_help("wedlm_window_size", DEFAULT_WINDOW_SIZE)
     )
@@ -68,18 +84,14 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="entropy penalty per slot of distance; " + default_help("wedlm_pos_penalty_factor", DEFAULT_POS_PENALTY_FACTOR),
     )
     wedlm.add_argument("--mask-token-id", type=int, help="for models whose config names none")
-    sampling = parser.add_argument_group("sampling (default: greedy)")
-    sampling.add_argument("--do-sample", action="store_true", help="sample each token instead of taking the argmax")
-    sampling.add_argument("--temperature", type=float, help="with --do-sample (default: the model's generation config)")
-    sampling.add_argument("--top-p", type=float, help="with --do-sample (default: the model's generation config)")
-    sampling.add_argument("--seed", type=int, help="seed torch's generator, for a reproducible sample")
-    placement = parser.add_argument_group("placement")
-    placement.add_argument(
-        "--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"], help="'auto': the checkpoint's"
-    )
-    placement.add_argument("--device", default="auto", help="'auto': cuda if available, else cpu; or e.g. cpu, cuda:1")
-    add_batch_arguments(parser)
-    parser.set_defaults(run=run)
+
+
+def wedlm_keywords(args: argparse.Namespace) -> dict:
+    """The `generate` keywords of the WeDLM options given on the command line ('none': one slot per step)."""
+    wedlm = {WEDLM_OPTIONS[name]: getattr(args, name) for name in WEDLM_OPTIONS if getattr(args, name) is not None}
+    if wedlm.get("wedlm_entropy_threshold") == "none":
+        wedlm["wedlm_entropy_threshold"] = None
+    return wedlm
 
 
 def parse_threshold(text: str) -> float | str:
@@ -106,9 +118,7 @@ def read_prompt(args: argparse.Namespace) -> str:
 def generation_options(args: argparse.Namespace) -> dict:
     """`generate` keywords for the chosen mode; an option the mode would ignore is an error, not a no-op."""
     options = {"max_new_tokens": args.max_new_tokens, "do_sample": args.do_sample}
-    wedlm = {WEDLM_OPTIONS[name]: getattr(args, name) for name in WEDLM_OPTIONS if getattr(args, name) is not None}
-    if "wedlm_entropy_threshold" in wedlm and wedlm["wedlm_entropy_threshold"] == "none":
-        wedlm["wedlm_entropy_threshold"] = None
+    wedlm = wedlm_keywords(args)
     if args.ar:
         if wedlm:
             given = ", ".join("--" + name.replace("_", "-") for name in WEDLM_OPTIONS if getattr(args, name) is not None)

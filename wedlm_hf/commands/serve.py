@@ -2,13 +2,7 @@
 
 import argparse
 
-from wedlm_hf.generation.settings import (
-    DEFAULT_ENTROPY_THRESHOLD,
-    DEFAULT_POS_PENALTY_FACTOR,
-    DEFAULT_WINDOW_SIZE,
-)
-
-from .generate import default_help, parse_threshold
+from .generate import add_wedlm_arguments, wedlm_keywords
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -20,19 +14,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     wedlm = parser.add_argument_group("WeDLM parameters (set on the model's generation config, for every request)")
     wedlm.add_argument("--lossless", action="store_true", help="output identical to greedy AR")
-    wedlm.add_argument(
-        "--window-size", type=int, help="slots decoded in parallel; " + default_help("wedlm_window_size", DEFAULT_WINDOW_SIZE)
-    )
-    wedlm.add_argument(
-        "--threshold",
-        type=parse_threshold,
-        help="entropy threshold, 'none' = one slot per step; "
-        + default_help("wedlm_entropy_threshold", DEFAULT_ENTROPY_THRESHOLD),
-    )
-    wedlm.add_argument(
-        "--penalty", type=float, help="distance penalty; " + default_help("wedlm_pos_penalty_factor", DEFAULT_POS_PENALTY_FACTOR)
-    )
-    wedlm.add_argument("--mask-token-id", type=int, help="for models whose config names none")
+    add_wedlm_arguments(wedlm)
     parser.set_defaults(run=run)
 
 
@@ -40,15 +22,7 @@ def run(args: argparse.Namespace) -> int:
     import wedlm_hf
     from wedlm_hf.serving import serve
 
-    defaults = {
-        "wedlm_window_size": args.window_size,
-        "wedlm_entropy_threshold": args.threshold,
-        "wedlm_pos_penalty_factor": args.penalty,
-        "mask_token_id": args.mask_token_id,
-    }
-    defaults = {name: value for name, value in defaults.items() if value is not None}
-    if args.threshold == "none":  # one slot per step
-        defaults["wedlm_entropy_threshold"] = None
+    defaults = wedlm_keywords(args)
     if args.lossless:
         defaults["wedlm_lossless"] = True
     print(f"serving on http://{args.host}:{args.port}/v1 (OpenAI API); Ctrl-C stops", flush=True)
