@@ -1,5 +1,6 @@
 """`wedlm-hf bench` end to end on tiny random models: every arm, table, JSON and PNG, and sane agreements."""
 
+import argparse
 import json
 
 import pytest
@@ -121,3 +122,16 @@ def test_compile_flag_adds_compiled_arms(tmp_path, capsys):
     assert rows["wedlm_compiled"]["outputs"] == rows["wedlm"]["outputs"]
     shapes = {shape for inputs in graphs for shape in inputs}
     assert (1, 1) in shapes and (1, 32) in shapes, "compiled steps: AR feeds 1 token per row, WeDLM 2W = 32"
+
+
+def test_quick_fills_only_the_sizes_not_given():
+    from wedlm_hf.bench.command import FULL, QUICK, apply_sizes, register
+
+    parser = argparse.ArgumentParser()
+    register(parser)
+    args = parser.parse_args(["--quick", "--num-prompts", "1", "--thresholds", "none"])
+    apply_sizes(args)
+    assert (args.num_prompts, args.thresholds, args.max_new_tokens) == (1, "none", QUICK["max_new_tokens"])
+    args = parser.parse_args(["--repeats", "5"])
+    apply_sizes(args)
+    assert (args.repeats, args.lengths) == (5, FULL["lengths"])

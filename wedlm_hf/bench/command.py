@@ -9,7 +9,11 @@ import argparse
 import importlib.util
 import sys
 
+FULL = {
+    "num_prompts": 8, "max_new_tokens": 128, "repeats": 3, "thresholds": "0.1,0.2,0.4,0.8,1.6", "lengths": "64,128,256,512,1024"
+}
 QUICK = {"num_prompts": 4, "max_new_tokens": 64, "repeats": 2, "thresholds": "0.2,0.8", "lengths": "64,128,256,512"}
+"""Sizes of a full run and of `--quick`; an option given on the command line overrides either."""
 
 
 def _thresholds(text: str) -> tuple[float | None, ...]:
@@ -33,19 +37,21 @@ def register(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="'code', 'counting' or a JSONL file of {\"prompt\": ...}; repeatable (default: code and counting)",
     )
-    parser.add_argument("--num-prompts", type=int, default=8, help="prompts per set")
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=3, help="timed interleaved repeats (median reported)")
-    parser.add_argument("--thresholds", default="0.1,0.2,0.4,0.8,1.6",
-                        help="entropy thresholds swept for wedlm and wedlm_blockwise; 'none' = one slot per step")
+    parser.add_argument("--num-prompts", type=int, help=f"prompts per set (default {FULL['num_prompts']})")
+    parser.add_argument("--max-new-tokens", type=int, help=f"default {FULL['max_new_tokens']}")
+    parser.add_argument(
+        "--repeats", type=int, help=f"timed interleaved repeats, median reported (default {FULL['repeats']})"
+    )
+    parser.add_argument("--thresholds", help="entropy thresholds swept for wedlm and wedlm_blockwise; 'none' = one "
+                        f"slot per step (default {FULL['thresholds']})")
     parser.add_argument("--arms", default=None, help="comma-separated arm families (default: all)")
     parser.add_argument(
-        "--lengths", default="64,128,256,512,1024", help="generated lengths of the time-vs-length run ('' skips it)"
+        "--lengths", help=f"generated lengths of the time-vs-length run ('' skips it; default {FULL['lengths']})"
     )
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads (default 1: with busy cores, more threads spin-wait and a small "
                         "model runs up to ~70x slower; 0 keeps torch's choice)")
-    parser.add_argument("--quick", action="store_true", help="small sizes (4 prompts, 64 tokens, 2 repeats): a few minutes")
+    parser.add_argument("--quick", action="store_true", help="small sizes (4 prompts, 64 tokens, 2 repeats) for the options not given: a few minutes")
     parser.add_argument(
         "--compile", nargs="?", const="inductor", default=None, metavar="BACKEND",
         help="also run ar_compiled (transformers' static cache + torch.compile) and wedlm_compiled (WeDLM's "
@@ -55,6 +61,13 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", default=None, metavar="PATH", help="write the two figures as PNG")
     parser.add_argument("--no-progress", action="store_true")
     parser.set_defaults(run=run)
+
+
+def apply_sizes(args: argparse.Namespace) -> None:
+    """Fill in the size options not given on the command line: `--quick`'s, else a full run's."""
+    for key, value in (QUICK if args.quick else FULL).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,9 +82,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         raise SystemExit("--plot needs matplotlib: pip install 'wedlm-hf[bench]'")  # fail before, not after, the run
-    if args.quick:
-        for key, value in QUICK.items():
-            setattr(args, key, value)
+    apply_sizes(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     model, tokenizer = load_model(args.model or wedlm_hf.DEFAULT_MODEL)
