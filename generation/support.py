@@ -63,7 +63,7 @@ def _interface_problem(model: PreTrainedModel) -> str | None:
     missing = [name for name in FORWARD_ARGUMENTS if name not in parameters]
     if missing:
         return f"its forward takes no {', '.join(f'`{name}`' for name in missing)}, which the decoding loop passes"
-    if model._is_stateful or not model._supports_default_dynamic_cache():
+    if getattr(model, "_is_stateful", False) or not model._supports_default_dynamic_cache():  # 5.25 dropped the flag
         return "it keeps recurrent state rather than a transformers `Cache` of keys and values that can be cropped"
     return None
 

@@ -9,7 +9,8 @@ import re
 import transformers
 
 TRANSFORMERS_REQUIREMENT = ">=5.24,<6"
-"""The same range as the package's dependency; `custom_generate/requirements.txt` is written from it."""
+"""The range exported code accepts (the package itself installs the tested 5.24); `custom_generate/requirements.txt`
+is written from it."""
 
 _MINIMUM = (5, 24)
 _BELOW_MAJOR = 6

@@ -64,9 +64,14 @@ def test_version_guard_names_the_range_and_the_fix(version):
     assert f"pip install 'transformers{TRANSFORMERS_REQUIREMENT}'" in message
 
 
-def test_version_guard_matches_the_package_dependency():
+def test_version_guard_admits_the_package_dependency():
+    """The package installs the tested release; exported code accepts every 5.x from it on (the code runs on 5.25)."""
     dependencies = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-    assert f"transformers{TRANSFORMERS_REQUIREMENT}" in [d.split("#")[0].strip() for d in dependencies]
+    pinned = [d.split("#")[0].strip() for d in dependencies if d.startswith("transformers")]
+    assert pinned == ["transformers>=5.24,<5.25"]
+    assert TRANSFORMERS_REQUIREMENT == ">=5.24,<6"
+    check_transformers_version("5.24.0")
+    check_transformers_version("5.25.0")
 
 
 OLD_TRANSFORMERS_SCRIPT = textwrap.dedent(
