@@ -34,8 +34,12 @@ class WindowDecoder:
     Everything else is dense, fixed-shape tensor work over the batch, so a GPU never waits on the host mid-step.
     """
 
-    ROW_STATE = ("rows", "window", "window_length", "generated", "first_position", "window_fill_step", "done")
+    ROW_STATE = (
+        "rows", "window", "window_length", "generated", "processed", "first_position", "window_fill_step", "done"
+    )
     """Per-row tensors (first dimension: the running rows) that a finished row leaves."""
+    COUNTERS = ("generated", "processed")
+    """Running-row counters copied into `total_<name>` (one entry per input row) as their rows leave."""
 
     def __init__(
         self,
@@ -98,6 +102,7 @@ class WindowDecoder:
         self.token_logits = self._score_buffer(batch_size, vocab, device, outputs) if self.keep_logits else None
         self.stats = WeDLMStats([], [], [])
         # per-row counters, kept on the device (no host sync per step) and copied into `stats` at the end
+        self.processed = torch.zeros_like(self.generated)
         self.total_forwards, self.total_generated, self.total_processed = (
             torch.zeros(batch_size, dtype=torch.long, device=device) for _ in range(3)
         )
@@ -111,7 +116,7 @@ class WindowDecoder:
     def run(self) -> None:
         while True:
             num_leading = self._leading_filled()
-            generated_before = self.generated.clone()
+            generated_before = self.generated
             self.done |= self._commit(num_leading)
             # grow the window by as many mask slots as it commits, within max_new_tokens
             budget = self.max_new_tokens - generated_before - self.window_length
@@ -159,6 +164,8 @@ class WindowDecoder:
             self.cache.commit(committed, kept, longest_valid)
             self.cache_commit = None
         keep_rows = [row for row, alive in enumerate(host[4 + len(checks) :]) if alive]
+        if len(keep_rows) < len(running):
+            self._store_counters()
         if not keep_rows:
             return None
         row_tensors = (length, *row_tensors)
@@ -202,8 +209,7 @@ class WindowDecoder:
             count, *tokens = torch.cat([commit_length[:1], self.window[0, start:]]).tolist()
             for token in tokens[:count]:
                 self.streamer.put(torch.tensor([token]))
-        self.generated += commit_length
-        self.total_generated[self.rows] = self.generated
+        self.generated = self.generated + commit_length  # a new tensor: callers keep the count before the commit
 
     def _apply_user_criteria(self, commit_length: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Cut each row's commit at the first token after which a user stopping criterion fires, as AR would."""
@@ -217,6 +223,12 @@ class WindowDecoder:
                     cut[i], stopped[i] = t + 1, True
                     break
         return cut, stopped
+
+    def _store_counters(self) -> None:
+        """Copy the running rows' counters into the per-input-row totals (before rows leave)."""
+        for name in self.COUNTERS:
+            getattr(self, f"total_{name}")[self.rows] = getattr(self, name)
+        self.total_forwards[self.rows] = self.stats.model_calls  # every row runs from the first forward
 
     def _drop_rows(self, index: torch.Tensor) -> None:
         for name in self.ROW_STATE + ("window_scores", "window_logits"):
@@ -255,8 +267,7 @@ class WindowDecoder:
         logits = self._forward(input_ids, position_ids, fed_live, logits_to_keep=keep + int(prompt_pending))
         self.prompt_logits = logits[:, 0] if prompt_pending else None
         self.stats.model_calls += 1
-        self.total_forwards[self.rows] += 1
-        self.total_processed[self.rows] += length
+        self.processed = self.processed + length
         return logits[:, logits.shape[1] - keep :], order.argsort(dim=1) - (fed - keep)
 
     def _forward(

@@ -41,7 +41,8 @@ class LosslessDecoder(WindowDecoder):
     `"full"` drafts every slot of a `window_size` window, always.
     """
 
-    ROW_STATE = WindowDecoder.ROW_STATE + ("draft_limit", "ar_run", "probe_wait", "mask_predicted")
+    COUNTERS = WindowDecoder.COUNTERS + ("drafted", "accepted", "corrected")
+    ROW_STATE = WindowDecoder.ROW_STATE + COUNTERS[2:] + ("draft_limit", "ar_run", "probe_wait", "mask_predicted")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -53,6 +54,7 @@ class LosslessDecoder(WindowDecoder):
                 f"`wedlm_lossless=True` verifies drafts against plain greedy logits; remove the logits processors "
                 f"({names}) or use `wedlm_lossless=False`."
             )
+        self.drafted, self.accepted, self.corrected = (torch.zeros_like(self.generated) for _ in range(3))
         self.total_drafted, self.total_accepted, self.total_corrected = (
             torch.zeros_like(self.total_forwards) for _ in range(3)
         )
@@ -95,7 +97,7 @@ class LosslessDecoder(WindowDecoder):
     def _verify_step(self) -> bool:
         # 1. the certain token is committed now; its K/V come from the forward below
         num_leading = self._leading_filled()
-        generated_before = self.generated.clone()
+        generated_before = self.generated
         self.done |= self._commit(torch.ones_like(num_leading))
         # 2. one forward: next-token logits at the certain token and at every leading draft, plus as many extra
         #    mask slots as there are drafts, so that if all are accepted the next window is already predicted
@@ -120,9 +122,9 @@ class LosslessDecoder(WindowDecoder):
         )
         accepted = matches.int().cumprod(1).sum(1)
         corrected = accepted < drafts
-        self.total_drafted[self.rows] += drafts
-        self.total_accepted[self.rows] += accepted
-        self.total_corrected[self.rows] += corrected.long()
+        self.drafted = self.drafted + drafts
+        self.accepted = self.accepted + accepted
+        self.corrected = self.corrected + corrected
         # 3. commit the accepted drafts (their K/V are this forward's), then the AR token becomes certain; each
         #    committed token carries the AR logits it is the argmax of (the slot before it)
         ar_logits = self._gather_columns(logits, ar_columns) if self.keep_scores or self.keep_logits else None
