@@ -18,7 +18,7 @@ from transformers.generation.configuration_utils import GenerationMode
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 from transformers.generation.streamers import BaseStreamer
 
-from .attention import WindowAttention, flash_sequence_lengths, prebuilt_attention_mask
+from .attention import WindowAttention, flash_sequence_lengths, prebuilt_attention_mask, uses_flash_attention
 from .cache import WeDLMCache
 from .outputs import WeDLMGenerateOutput, WeDLMStats
 from .processors import check_processors
@@ -51,6 +51,7 @@ class WindowDecoder:
         logits_processor: LogitsProcessorList,
         stopping_criteria: StoppingCriteriaList,
         streamer: BaseStreamer | None,
+        prompt_padded: bool = True,
     ):
         batch_size, self.prompt_length = input_ids.shape
         device = input_ids.device
@@ -92,6 +93,9 @@ class WindowDecoder:
         self.pending_prompt = input_ids  # fed together with the first window
         self.prompt_logits = None  # after that forward: the AR logits of each row's last prompt token
         self.cache = WeDLMCache(key_mask=prompt_mask)
+        self.all_keys_valid = batch_size == 1 and not prompt_padded and not uses_flash_attention(model.config)
+        """One unpadded row: every cached key stays valid, so a one-token forward needs no mask, as in AR decoding
+        (then transformers' SDPA keeps grouped-query K/V grouped, and builds no mask)."""
         self.cache_commit = None
         """Per row, how many K/V of the last forward's window to keep; applied at the next step's sync."""
         vocab = model.config.get_text_config().vocab_size
@@ -276,9 +280,11 @@ class WindowDecoder:
         """The model's forward over the fed columns (`window_live`: the live window slots among them), under the
         step's prebuilt mask; returns the logits of the last `logits_to_keep` columns."""
         past_length = self.cache.get_seq_length()
-        attention_mask = prebuilt_attention_mask(
-            self.model.config, self.cache.key_valid(window_live), input_ids.shape[1], self.model.dtype
-        )
+        attention_mask = None
+        if input_ids.shape[1] > 1 or not self.all_keys_valid:
+            attention_mask = prebuilt_attention_mask(
+                self.model.config, self.cache.key_valid(window_live), input_ids.shape[1], self.model.dtype
+            )
         with WindowAttention(self.model):
             return self.model(
                 input_ids=input_ids,
@@ -389,19 +395,21 @@ class WindowDecoder:
         return tuple(store[:, t] for t in range(longest))
 
 
-def _prompt_mask(input_ids: torch.LongTensor, model_kwargs: dict) -> torch.Tensor:
-    """The prompt's 2D padding mask, checked: WeDLM needs left padding and at least one real token per row."""
+def _prompt_mask(input_ids: torch.LongTensor, model_kwargs: dict) -> tuple[torch.Tensor, list[int]]:
+    """The prompt's 2D padding mask, checked (WeDLM needs left padding and at least one real token per row), and
+    each row's prompt length."""
     if input_ids.shape[1] == 0:
         raise ValueError("`input_ids` is empty: WeDLM decoding needs at least one prompt token (e.g. the BOS token).")
     attention_mask = model_kwargs.get("attention_mask")
     if attention_mask is None:
-        return torch.ones_like(input_ids)
+        return torch.ones_like(input_ids), [input_ids.shape[1]] * input_ids.shape[0]
     if attention_mask.shape != input_ids.shape:
         raise ValueError(
             f"`attention_mask` must have the shape of `input_ids` {tuple(input_ids.shape)}, "
             f"got {tuple(attention_mask.shape)}."
         )
-    empty_rows = (attention_mask.sum(1) == 0).nonzero().flatten().tolist()
+    lengths = attention_mask.sum(1).tolist()
+    empty_rows = [row for row, length in enumerate(lengths) if length == 0]
     if empty_rows:
         raise ValueError(f"Rows {empty_rows} of `attention_mask` are all padding: every row needs a prompt token.")
     if bool((attention_mask[:, 1:] < attention_mask[:, :-1]).any()):
@@ -409,7 +417,7 @@ def _prompt_mask(input_ids: torch.LongTensor, model_kwargs: dict) -> torch.Tenso
             "`attention_mask` has padding after a prompt token (right padding). WeDLM decoding, like every "
             "decoder-only generation, needs left padding: set `tokenizer.padding_side = 'left'`."
         )
-    return attention_mask
+    return attention_mask, lengths
 
 
 class UnsupportedRequest(ValueError):
@@ -504,9 +512,8 @@ def _validate_special_tokens(settings: WeDLMSettings, generation_config: Generat
         )
 
 
-def _check_positions(model: PreTrainedModel, prompt_mask: torch.Tensor, max_new_tokens: int) -> None:
+def _check_positions(model: PreTrainedModel, longest: int, max_new_tokens: int) -> None:
     limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
-    longest = int(prompt_mask.sum(1).max())
     if limit is not None and longest + max_new_tokens > limit:
         raise ValueError(
             f"A prompt of {longest} tokens plus max_new_tokens={max_new_tokens} exceeds the model's "
@@ -557,8 +564,8 @@ def wedlm_decode(
         static=wedlm_static,
     )
     _validate_special_tokens(settings, generation_config)
-    prompt_mask = _prompt_mask(input_ids, model_kwargs)
-    _check_positions(model, prompt_mask, generation_config.max_length - input_ids.shape[1])
+    prompt_mask, prompt_lengths = _prompt_mask(input_ids, model_kwargs)
+    _check_positions(model, max(prompt_lengths), generation_config.max_length - input_ids.shape[1])
     decoder_class = WindowDecoder
     if settings.lossless:
         from .lossless import LosslessDecoder  # the lossless decoder builds on this module
@@ -577,6 +584,7 @@ def wedlm_decode(
         logits_processor,
         stopping_criteria,
         streamer,
+        prompt_padded=min(prompt_lengths) < input_ids.shape[1],
     )
     if decoder.max_new_tokens > 0:
         decoder.run()

@@ -129,6 +129,7 @@ class StaticShapes:
         settings: WeDLMSettings,
         generation_config: GenerationConfig,
         *args,
+        **kwargs,
     ):
         implementation = model.config._attn_implementation
         if implementation not in MASK_IMPLEMENTATIONS:
@@ -136,7 +137,7 @@ class StaticShapes:
                 f"`wedlm_static=True` feeds a 4D attention mask, which attn_implementation={implementation!r} does "
                 f"not take; load the model with attn_implementation='sdpa' (or 'eager'), or use wedlm_static=False."
             )
-        super().__init__(model, input_ids, prompt_mask, settings, generation_config, *args)
+        super().__init__(model, input_ids, prompt_mask, settings, generation_config, *args, **kwargs)
         mask_dtype = model.dtype if implementation == "eager" else None
         # as in transformers' static cache, `max_cache_len` sizes the cache for the longest call, so later calls
         # with other prompt lengths reuse the compiled step
