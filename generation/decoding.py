@@ -143,13 +143,13 @@ class WindowDecoder:
         return leading
 
     def _begin_step(
-        self, length: torch.Tensor, *row_tensors: torch.Tensor, all_logits: bool = False, checks=()
+        self, length: torch.Tensor, *row_tensors: torch.Tensor, checks=()
     ) -> tuple[int, int, tuple[torch.Tensor, ...], list[int]] | None:
         """The step's one host sync. Reads the next forward's width (the longest running window), how many of its
-        columns need logits, which rows still run, and the 0-dim `checks`; then keeps the last forward's committed
-        K/V in the cache and drops finished rows (from the decoder and from `row_tensors`).
+        last columns hold mask slots, which rows still run, and the 0-dim `checks`; then keeps the last forward's
+        committed K/V in the cache and drops finished rows (from the decoder and from `row_tensors`).
 
-        Returns None when no row runs, else (width, columns with logits, row_tensors, checks' values)."""
+        Returns None when no row runs, else (width, mask columns, row_tensors, checks' values)."""
         running = ~self.done
         filled = ((self.window != self.mask_id) & (self.slots[None, :] < length[:, None])).sum(1)
         committed = self.cache_commit if self.cache_commit is not None else torch.zeros_like(length)
@@ -177,7 +177,7 @@ class WindowDecoder:
             index = torch.tensor(keep_rows, device=length.device)
             self._drop_rows(index)
             row_tensors = tuple(tensor[index] for tensor in row_tensors)
-        return fed, fed if all_logits else fed - fewest_filled, row_tensors, host[4 : 4 + len(checks)]
+        return fed, fed - fewest_filled, row_tensors, host[4 : 4 + len(checks)]
 
     def _commit(self, num_leading: torch.Tensor, start: int = 0) -> torch.Tensor:
         """Write up to `num_leading` window slots from `start` to the output, cut after the first EOS or stopping

@@ -105,10 +105,10 @@ class LosslessDecoder(WindowDecoder):
         drafts = num_leading - 1
         budget = self.max_new_tokens - generated_before - self.window_length
         length = self.window_length + torch.minimum(drafts, budget)
-        step = self._begin_step(length, drafts, generated_before, all_logits=True, checks=[self.mask_predicted.any()])
+        step = self._begin_step(length, drafts, generated_before, checks=[self.mask_predicted.any()])
         if step is None:
             return False
-        fed, _, (length, drafts, generated_before), (mask_predicted,) = step
+        fed, masks, (length, drafts, generated_before), (mask_predicted,) = step
         if mask_predicted:
             raise ValueError(
                 "The model's greedy next token is the mask token; `wedlm_lossless=True` needs a model that never "
@@ -140,8 +140,10 @@ class LosslessDecoder(WindowDecoder):
         self.window = self.window.masked_fill(after_mismatch, self.mask_id)
         self._place_certain(next_certain, certain_logits)
         # 4. new drafts from this forward's mask predictions; after a correction every one of them saw the rejected
-        #    draft (and a rejected slot's logits predict the slot after it), so those rows draft in the next forward
-        self._fill(logits, slot_physical, self._fillable() & ~corrected[:, None])
+        #    draft (and a rejected slot's logits predict the slot after it), so those rows draft in the next forward;
+        #    only mask slots fill, and their logits are the last `masks` columns (none in an AR-only forward)
+        if masks:
+            self._fill(logits[:, fed - masks :], slot_physical - (fed - masks), self._fillable() & ~corrected[:, None])
         if self.adaptive:
             self._adapt(drafts, accepted, corrected)
         self._limit_window()
