@@ -81,7 +81,7 @@ class WindowDecoder:
         self.sequences[:, : self.prompt_length] = input_ids
         self.pad_id = pad_id
         self.rows = torch.arange(batch_size, device=device)
-        self.slots = torch.arange(self.width, device=device)
+        self.slots = torch.arange(self.width, device=device)[None]  # a row: broadcasts against (rows, slots)
         first_window = min(settings.window_size, self.max_new_tokens)
         self.window = torch.full((batch_size, self.width), self.mask_id, dtype=torch.long, device=device)
         self.window_length = torch.full((batch_size,), first_window, dtype=torch.long, device=device)
@@ -135,7 +135,7 @@ class WindowDecoder:
             self._fill(logits, slot_physical, self.window[:, : self.settings.window_size] == self.mask_id)
 
     def _leading_filled(self) -> torch.Tensor:
-        live = self.slots[None, :] < self.window_length[:, None]
+        live = self.slots < self.window_length[:, None]
         filled = (self.window != self.mask_id) & live
         leading = filled.int().cumprod(1).sum(1)
         if self.settings.blockwise:  # the paper's baseline: a block commits only once it is completely filled
@@ -151,7 +151,7 @@ class WindowDecoder:
 
         Returns None when no row runs, else (width, mask columns, row_tensors, checks' values)."""
         running = ~self.done
-        filled = ((self.window != self.mask_id) & (self.slots[None, :] < length[:, None])).sum(1)
+        filled = ((self.window != self.mask_id) & (self.slots < length[:, None])).sum(1)
         committed = self.cache_commit if self.cache_commit is not None else torch.zeros_like(length)
         summary = torch.stack(
             [
@@ -186,7 +186,7 @@ class WindowDecoder:
         finished = self.generated + num_leading >= self.max_new_tokens
         commit_length = num_leading
         if self.eos_ids is not None:
-            in_commit = (self.slots[None, :] >= start) & (self.slots[None, :] < start + num_leading[:, None])
+            in_commit = (self.slots >= start) & (self.slots < start + num_leading[:, None])
             is_eos = torch.isin(self.window, self.eos_ids) & in_commit
             has_eos = is_eos.any(1)
             commit_length = torch.where(has_eos, is_eos.int().argmax(1) + 1 - start, commit_length)
@@ -199,7 +199,7 @@ class WindowDecoder:
 
     def _write(self, commit_length: torch.Tensor, start: int) -> None:
         """Copy each row's `commit_length` slots from `start` to the output, with their traces and scores."""
-        offset = self.slots[None, :] - start
+        offset = self.slots - start
         take = (offset >= 0) & (offset < commit_length[:, None])
         position = torch.where(take, self.generated[:, None] + offset, self.discard)  # index among generated tokens
         rows = self.rows[:, None]
@@ -252,7 +252,7 @@ class WindowDecoder:
         Returns the logits of the last `keep` columns and each slot's index into them (negative: no logits). Only
         mask slots need logits, and they sit physically last, so the lm_head can skip the leading columns that
         are filled in every row."""
-        live = self.slots[None, :] < length[:, None]
+        live = self.slots < length[:, None]
         filled = (self.window != self.mask_id) & live
         order_key = torch.where(
             filled, self.slots, torch.where(live, self.width + self.slots, 2 * self.width + self.slots)
@@ -261,7 +261,7 @@ class WindowDecoder:
         fed_order = order[:, :fed]
         input_ids = self.window.gather(1, fed_order)
         position_ids = (self.first_position + generated_before)[:, None] + fed_order
-        fed_live = self.slots[None, :fed] < length[:, None]
+        fed_live = self.slots[:, :fed] < length[:, None]
         prompt_pending = self.pending_prompt is not None
         if prompt_pending:
             input_ids = torch.cat([self.pending_prompt, input_ids], dim=1)
@@ -300,8 +300,8 @@ class WindowDecoder:
 
     def _shift(self, shift: torch.Tensor, length: torch.Tensor, physical: torch.Tensor) -> torch.Tensor:
         """Drop each row's first `shift` slots; return where this forward's logits of each remaining slot are."""
-        source = (self.slots[None, :] + shift[:, None]).clamp(max=self.width - 1)
-        in_window = self.slots[None, :] < (length - shift)[:, None]
+        source = (self.slots + shift[:, None]).clamp(max=self.width - 1)
+        in_window = self.slots < (length - shift)[:, None]
         self.window = torch.where(in_window, self.window.gather(1, source), self.mask_id)
         self.window_length = length - shift
         self.window_fill_step = self.window_fill_step.gather(1, source)
@@ -320,7 +320,7 @@ class WindowDecoder:
         if logits.shape[1] == 0:  # every fed slot was filled: nothing to predict
             return
         window_size = self.settings.window_size
-        candidates = fillable & (self.slots[None, :window_size] < self.window_length[:, None])
+        candidates = fillable & (self.slots[:, :window_size] < self.window_length[:, None])
         columns = slot_physical.clamp(0, logits.shape[1] - 1)
         entropy = slot_entropy(logits).gather(1, columns)
         chosen = choose_slots(entropy, candidates, self.settings.entropy_threshold, self.settings.pos_penalty_factor)

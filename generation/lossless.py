@@ -83,7 +83,7 @@ class LosslessDecoder(WindowDecoder):
 
     def _fillable(self) -> torch.Tensor:
         window = self.window[:, : self.settings.window_size]
-        return (window == self.mask_id) & (self.slots[None, : self.settings.window_size] >= 1)
+        return (window == self.mask_id) & (self.slots[:, : self.settings.window_size] >= 1)
 
     def _place_certain(self, tokens: torch.Tensor, logits: torch.Tensor) -> None:
         """Slot 0 gets the AR token, with the logits it is the argmax of as its scores and logits."""
@@ -118,7 +118,7 @@ class LosslessDecoder(WindowDecoder):
         ar_columns = physical[:, :window_size].clamp(max=fed - 1)  # the certain token's and each draft's column
         ar_tokens = logits.argmax(-1).gather(1, ar_columns)
         matches = (self.window[:, 1:window_size] == ar_tokens[:, : window_size - 1]) & (
-            self.slots[None, : window_size - 1] < drafts[:, None]
+            self.slots[:, : window_size - 1] < drafts[:, None]
         )
         accepted = matches.int().cumprod(1).sum(1)
         corrected = accepted < drafts
@@ -136,7 +136,7 @@ class LosslessDecoder(WindowDecoder):
         next_certain = ar_tokens.gather(1, accepted[:, None]).squeeze(1)
         certain_logits = None if ar_logits is None else self._gather_columns(ar_logits, accepted[:, None]).squeeze(1)
         slot_physical = self._shift(1 + accepted, length, physical)
-        after_mismatch = corrected[:, None] & (self.slots[None, :] >= 1)
+        after_mismatch = corrected[:, None] & (self.slots >= 1)
         self.window = self.window.masked_fill(after_mismatch, self.mask_id)
         self._place_certain(next_certain, certain_logits)
         # 4. new drafts from this forward's mask predictions; after a correction every one of them saw the rejected
@@ -172,7 +172,7 @@ class LosslessDecoder(WindowDecoder):
         else:
             wanted = torch.full_like(self.window_length, longest)
         self.window_length = torch.minimum(wanted, self.max_new_tokens - self.generated)
-        self.window = self.window.masked_fill(self.slots[None, :] >= self.window_length[:, None], self.mask_id)
+        self.window = self.window.masked_fill(self.slots >= self.window_length[:, None], self.mask_id)
 
     def finish_stats(self) -> WeDLMStats:
         stats = super().finish_stats()
