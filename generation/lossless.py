@@ -131,7 +131,8 @@ class LosslessDecoder(WindowDecoder):
         for kept in (self.window_scores, self.window_logits):
             if kept is not None:
                 kept[:, 1:window_size] = ar_logits[:, : window_size - 1].to(kept.dtype)
-        self.done |= self._commit(accepted, start=1)
+        if fed > 1:  # an AR-only forward (one column per row) verified no drafts: nothing more to commit
+            self.done |= self._commit(accepted, start=1)
         self.cache_commit = 1 + accepted
         next_certain = ar_tokens.gather(1, accepted[:, None]).squeeze(1)
         certain_logits = None if ar_logits is None else self._gather_columns(ar_logits, accepted[:, None]).squeeze(1)
