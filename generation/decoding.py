@@ -331,10 +331,9 @@ class WindowDecoder:
         else:
             tokens = logits.argmax(-1).gather(1, columns)
             slot_scores = self._gather_columns(logits, columns) if self.keep_scores else None
-        self.window[:, :window_size] = torch.where(chosen, tokens, self.window[:, :window_size])
-        self.window_fill_step[:, :window_size] = self.window_fill_step[:, :window_size].masked_fill(
-            chosen, self.stats.model_calls
-        )
+        window = self.window[:, :window_size]  # a view: the fills land in `self.window`
+        window.copy_(torch.where(chosen, tokens, window))
+        self.window_fill_step[:, :window_size].masked_fill_(chosen, self.stats.model_calls)
         for kept, values in ((self.window_scores, slot_scores), (self.window_logits, slot_logits)):
             if kept is not None:
                 kept[:, :window_size] = torch.where(chosen[..., None], values.to(kept.dtype), kept[:, :window_size])
