@@ -95,7 +95,8 @@ class WindowDecoder:
         self.cache = WeDLMCache(key_mask=prompt_mask)
         self.all_keys_valid = batch_size == 1 and not prompt_padded and not uses_flash_attention(model.config)
         """One unpadded row: every cached key stays valid, so a one-token forward needs no mask, as in AR decoding
-        (then transformers' SDPA keeps grouped-query K/V grouped, and builds no mask)."""
+        (then transformers' SDPA keeps grouped-query K/V grouped; its mask function checks, with one host read as in
+        its own AR step, that no mask is needed)."""
         self.cache_commit = None
         """Per row, how many K/V of the last forward's window to keep; applied at the next step's sync."""
         vocab = model.config.get_text_config().vocab_size
