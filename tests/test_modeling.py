@@ -13,6 +13,7 @@ from transformers import (
     Qwen3Config,
     Qwen3ForCausalLM,
 )
+from transformers import masking_utils
 from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
 from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer
 from transformers.testing_utils import CaptureLogger
@@ -120,33 +121,42 @@ def _reordered_window():
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
-def test_no_cache_reordered_forward_equals_cached(attn):
+def test_reordered_forward_with_mask_equals_cached(attn):
+    """A reordered window is one sequence whether it continues a cache or carries an explicit mask."""
     model = tiny_model("wedlm", attn=attn)
     prefix, window_tokens, window_positions = _reordered_window()
     ids = torch.tensor([prefix + window_tokens])
     positions = torch.tensor([list(range(len(prefix))) + window_positions])
-    no_cache = model(input_ids=ids, position_ids=positions, use_cache=False).logits[0, len(prefix) :]
+    no_cache = model(input_ids=ids, position_ids=positions, attention_mask=torch.ones_like(ids), use_cache=False)
 
     cache = wedlm_hf.WeDLMCache(key_mask=torch.ones(1, 0, dtype=torch.bool))
     model(input_ids=ids[:, : len(prefix)], position_ids=positions[:, : len(prefix)], cache=cache, use_cache=True)
     cached = model(
         input_ids=ids[:, len(prefix) :], position_ids=positions[:, len(prefix) :], cache=cache, use_cache=True
     ).logits[0]
-    assert torch.allclose(no_cache, cached, atol=1e-5)
+    assert torch.allclose(no_cache.logits[0, len(prefix) :], cached, atol=1e-5)
 
 
-def test_plain_qwen3_without_mask_would_treat_window_as_packed():
-    """The pitfall is real: transformers' own Qwen3 splits the reordered sequence, WeDLMModel does not."""
-    wedlm = tiny_model("wedlm")
-    qwen3 = Qwen3ForCausalLM(wedlm.config).eval()
-    qwen3.load_state_dict(wedlm.state_dict())
-    prefix, window_tokens, window_positions = _reordered_window()
-    ids = torch.tensor([prefix + window_tokens])
-    positions = torch.tensor([list(range(len(prefix))) + window_positions])
-    explicit = qwen3(input_ids=ids, position_ids=positions, attention_mask=torch.ones_like(ids), use_cache=False).logits
-    packed = qwen3(input_ids=ids, position_ids=positions, use_cache=False).logits
-    assert not torch.allclose(packed, explicit, atol=1e-4)
-    assert torch.allclose(wedlm(input_ids=ids, position_ids=positions, use_cache=False).logits, explicit, atol=1e-5)
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("options", [{}, {"wedlm_lossless": True}, {"wedlm_static": True}])
+def test_decoding_forwards_never_reach_the_packed_sequence_check(monkeypatch, attn, options):
+    """The pitfall is real (transformers splits a reordered window fed without mask or cache, see
+    test_modeling_conformance.py); WeDLM decoding never feeds one, so the model classes can keep packing."""
+
+    def packed_check(position_ids):
+        raise AssertionError(f"a decoding forward was read as packed sequences: {position_ids.tolist()}")
+
+    monkeypatch.setattr(masking_utils, "find_packed_sequence_indices", packed_check)
+    model = tiny_model("wedlm", peak=40, attn=attn)
+    input_ids, attention_mask = random_prompts([6])
+    output = model.generate(
+        input_ids=input_ids, attention_mask=attention_mask, decoding="wedlm", max_new_tokens=12,
+        return_dict_in_generate=True, **options,
+    )
+    stats = output.wedlm_stats
+    assert stats.processed[0] > 2 * stats.model_calls, "the test needs forwards wider than one token"
+    fill_steps = stats.fill_steps[0]
+    assert options.get("wedlm_lossless") or fill_steps != sorted(fill_steps), "and windows fed out of slot order"
 
 
 def test_flash_attention_gets_explicit_sequence_lengths(monkeypatch):
