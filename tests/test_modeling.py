@@ -59,23 +59,41 @@ def test_layout_follows_attention_bias_like_the_authors_engine(tmp_path, attenti
     """A config written the authors' way (`attention_bias`, no `qk_norm`) loads transformers' own Qwen weights."""
     torch.manual_seed(0)
     qwen = qwen_class(qwen_config(**SHAPE, head_dim=16)).eval()
-    qwen.save_pretrained(tmp_path)
-    config = json.loads((tmp_path / "config.json").read_text())
-    assert "qk_norm" not in config
-    config.update(model_type="wedlm", architectures=["WeDLMForCausalLM"], attention_bias=attention_bias, mask_token_id=MASK_ID)
-    (tmp_path / "config.json").write_text(json.dumps(config))
-
-    model, info = AutoModelForCausalLM.from_pretrained(tmp_path, output_loading_info=True)
-    assert isinstance(model, wedlm_hf.WeDLMForCausalLM) and model.config.qk_norm is not attention_bias
-    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    model = _loaded_as_wedlm(qwen, tmp_path, attention_bias=attention_bias)
+    assert model.config.qk_norm is not attention_bias
     assert all(type(block) is layer for block in model.model.layers)
     assert (model.model.layers[0].self_attn.q_proj.bias is not None) is attention_bias
-    input_ids = torch.tensor([[5, 9, 14, 3]])
-    assert torch.equal(model(input_ids).logits, qwen(input_ids).logits)
 
     model.save_pretrained(tmp_path / "again")  # the derived field is written consistently and reloads the same
     reloaded = AutoConfig.from_pretrained(tmp_path / "again")
     assert (reloaded.attention_bias, reloaded.qk_norm) == (attention_bias, not attention_bias)
+
+
+def _loaded_as_wedlm(qwen, folder, **fields):
+    """`qwen` saved by transformers, its config.json rewritten as a WeDLM one (`fields` added, no `qk_norm`),
+    loaded through the Auto classes: every weight found with its own shape, and the same logits as `qwen`."""
+    qwen.save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())
+    assert "qk_norm" not in config
+    config.update(model_type="wedlm", architectures=["WeDLMForCausalLM"], mask_token_id=MASK_ID, **fields)
+    (folder / "config.json").write_text(json.dumps(config))
+    model, info = AutoModelForCausalLM.from_pretrained(folder, output_loading_info=True)
+    assert isinstance(model, wedlm_hf.WeDLMForCausalLM)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    input_ids = torch.tensor([[5, 9, 14, 3]])
+    assert torch.equal(model(input_ids).logits, qwen(input_ids).logits)
+    return model
+
+
+def test_config_without_head_dim_takes_hidden_size_over_heads(tmp_path):
+    """The authors' configs (and Qwen2's) carry no `head_dim`; Qwen3's default of 128 fits no other size."""
+    assert WeDLMConfig(vocab_size=96, hidden_size=64, num_attention_heads=4).head_dim == 16
+    assert WeDLMConfig(vocab_size=96, hidden_size=64, num_attention_heads=4, head_dim=32).head_dim == 32
+    torch.manual_seed(0)
+    qwen2 = Qwen2ForCausalLM(Qwen2Config(**SHAPE)).eval()
+    model = _loaded_as_wedlm(qwen2, tmp_path, attention_bias=True)
+    assert model.config.head_dim == SHAPE["hidden_size"] // SHAPE["num_attention_heads"] == 16
+    assert json.loads((tmp_path / "config.json").read_text()).get("head_dim") is None
 
 
 def test_contradicting_layout_fields_are_an_error(tmp_path):
