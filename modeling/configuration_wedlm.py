@@ -2,7 +2,9 @@
 
 A WeDLM checkpoint is a Qwen2.5- or Qwen3-layout causal LM; the config is Qwen3's plus `qk_norm` and
 `mask_token_id`. The layout follows the authors' engine, which reads only `attention_bias`: q/k/v bias without
-q/k norm (Qwen2.5, WeDLM-7B) when it is true, q/k norm without bias (Qwen3, WeDLM-8B) when it is false.
+q/k norm (Qwen2.5, WeDLM-7B) when it is true, q/k norm without bias (Qwen3, WeDLM-8B) when it is false. As in the
+authors' config class, `head_dim` defaults to `hidden_size // num_attention_heads`; the tensor-parallel plan is
+that of the layout's layers.
 """
 
 from huggingface_hub.dataclasses import strict
