@@ -7,6 +7,7 @@ transformers refuses to save or fine-tune a GGUF-loaded model.
 """
 
 import functools
+import json
 import os
 import shutil
 import tempfile
@@ -71,13 +72,29 @@ def load_model_and_tokenizer(
     path = resolve(name)
     folder, gguf = split_gguf(path)
     if gguf is None:
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(path))
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **model_kwargs)
         return model.eval(), tokenizer
     saved = dequantized_copy(str(Path(folder).expanduser().resolve()), gguf)
     tokenizer = AutoTokenizer.from_pretrained(saved)
     model = AutoModelForCausalLM.from_pretrained(saved, dtype=torch.float32 if dtype == "auto" else dtype, **model_kwargs)
     return model.eval(), tokenizer
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def tokenizer_source(path: str) -> str:
+    """Where the tokenizer of `path` is: the path itself, or, for a PEFT adapter folder saved without one (PEFT's
+    `save_pretrained` writes only the adapter), the base model its adapter_config.json names."""
+    folder = Path(path).expanduser()
+    adapter_config = folder / "adapter_config.json"
+    if not adapter_config.is_file() or any((folder / name).is_file() for name in TOKENIZER_FILES):
+        return path
+    base = json.loads(adapter_config.read_text(encoding="utf-8")).get("base_model_name_or_path")
+    if not base:
+        raise ValueError(f"adapter folder {path!r} has no tokenizer and its adapter_config.json names no base model")
+    return base
 
 
 @functools.cache

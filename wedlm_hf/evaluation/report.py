@@ -8,6 +8,10 @@ GREEDY, LOSSLESS = "greedy", "lossless"
 """Names of the reference decoding (transformers' greedy `generate`) and of lossless WeDLM in the report."""
 
 
+def write_json(data: dict, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
 def plain_name(threshold: float) -> str:
     """The report's name of plain WeDLM at one entropy threshold."""
     return f"wedlm@{threshold:g}"
@@ -68,7 +72,7 @@ class EvaluationReport:
         return {"settings": self.settings, "machine": self.machine, "rows": rows, "drift": self.drift and asdict(self.drift)}
 
     def write_json(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+        write_json(self.to_dict(), path)
 
     def markdown(self) -> str:
         """One table: a row per domain and decoding, then the drift row against the base model, if measured."""
