@@ -6,7 +6,7 @@ model whose `generate` knows `decoding="wedlm"`: `WeDLMHarnessModel` is `HFLM` w
 through `wedlm_hf.enable`, and with the model names of `wedlm_hf.loading` (named models, `folder:file.gguf`, PEFT
 adapter folders without a tokenizer). Run lm-eval's own command line with it registered:
 
-    python -m wedlm_hf.evaluation.harness run --model wedlm-hf --model_args pretrained=MODEL \\
+    python -m wedlm_hf.evaluation.harness run --model wedlm-hf --model_args pretrained=MODEL --device cpu \\
         --tasks TASK --gen_kwargs decoding=wedlm,wedlm_lossless=True
 
 or, from Python, `lm_eval.simple_evaluate(model=WeDLMHarnessModel(pretrained=...), tasks=[...],
