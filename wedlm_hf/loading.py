@@ -8,6 +8,7 @@ transformers refuses to save or fine-tune a GGUF-loaded model.
 """
 
 import functools
+import json
 import os
 import shutil
 import tempfile
@@ -84,26 +85,29 @@ def load_model_and_tokenizer(
 
 
 ADAPTER_CONFIG = "adapter_config.json"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
 def load_adapter(folder: Path, dtype, **model_kwargs) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The adapter's base with the adapter merged in (a plain model again: `enable` and decoding need no PEFT at
     run time), with the adapter folder's tokenizer and generation config."""
-    import json
-
     from transformers import GenerationConfig
 
     try:
         from peft import PeftModel
     except ImportError as error:
         raise ImportError(f"{folder} is a PEFT adapter: loading it needs `pip install peft`") from error
-    base_name = json.loads((folder / ADAPTER_CONFIG).read_text())["base_model_name_or_path"]
-    base, _ = load_model_and_tokenizer(base_name, dtype=dtype, **model_kwargs)
+    base_name = json.loads((folder / ADAPTER_CONFIG).read_text(encoding="utf-8")).get("base_model_name_or_path")
+    if not base_name:
+        raise ValueError(f"adapter folder {str(folder)!r}: its adapter_config.json names no base model")
+    base, base_tokenizer = load_model_and_tokenizer(base_name, dtype=dtype, **model_kwargs)
     model = PeftModel.from_pretrained(base, folder).merge_and_unload()
     if (folder / "generation_config.json").is_file():
         model.generation_config = GenerationConfig.from_pretrained(folder)
         model.config.mask_token_id = getattr(model.generation_config, "mask_token_id", None)
-    return model.eval(), AutoTokenizer.from_pretrained(folder)
+    # PEFT's own save_pretrained writes no tokenizer; `wedlm-hf finetune` writes the one with the mask token
+    has_tokenizer = any((folder / name).is_file() for name in TOKENIZER_FILES)
+    return model.eval(), AutoTokenizer.from_pretrained(folder) if has_tokenizer else base_tokenizer
 
 
 @functools.cache
