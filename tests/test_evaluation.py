@@ -137,11 +137,11 @@ def test_read_prompts(tmp_path):
         EvalPrompt(messages=({"role": "user", "content": "hi"},)),
     ]
     bad = {
-        '{"prompt": "a"}\n{"prompt": "b"\n': "prompts.jsonl:2: not JSON",
-        '{"text": "a"}\n': "prompts.jsonl:1: give exactly one of `prompt`",
-        '{"prompt": "a", "domain": ""}\n': "prompts.jsonl:1: `domain` must be",
-        '{"messages": [{"role": "user"}]}\n': "prompts.jsonl:1: `messages` must be",
-        "[1]\n": "prompts.jsonl:1: expected a JSON object",
+        '{"prompt": "a"}\n{"prompt": "b"\n': "prompts.jsonl line 2: not valid JSON",
+        '{"text": "a"}\n': "prompts.jsonl line 1: give exactly one of `prompt`",
+        '{"prompt": "a", "domain": ""}\n': "prompts.jsonl line 1: `domain` must be",
+        '{"messages": [{"role": "user"}]}\n': "prompts.jsonl line 1: `messages` must be",
+        "[1]\n": "prompts.jsonl line 1: expected a JSON object",
         "\n": "has no prompts",
     }
     for text, message in bad.items():
@@ -164,7 +164,7 @@ def test_cli_prints_the_table_and_writes_json(tmp_path, capsys):
 
     prompts.write_text('{"prompt": "1, 2, 3, "}\n{"prompt": ""}\n')
     for extra, message in (
-        ([], "prompts.jsonl:2: `prompt` must be a non-empty string"),
+        ([], "prompts.jsonl line 2: `prompt` must be a non-empty string"),
         (["--base-model", "wedlm-tiny-code"], "needs both --base-model and --chat-prompts"),
         (["--limit", "2"], "--limit applies to --humaneval only"),
     ):

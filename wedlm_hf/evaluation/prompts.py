@@ -5,12 +5,13 @@ A file's line is `{"prompt": "...", "domain": "..."}` or `{"messages": [{"role":
 file and line number, never skipped: a silently shorter prompt set would change the numbers without a trace.
 """
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase
+
+from ..jsonl import check_messages, read_objects
 
 DEFAULT_DOMAIN = "default"
 """The domain of a prompt given without one."""
@@ -54,24 +55,16 @@ def as_prompts(prompts: Iterable["EvalPrompt | str"]) -> list[EvalPrompt]:
 
 def read_prompts(path: str | Path) -> list[EvalPrompt]:
     """The prompts of a JSONL file (see the module docstring); blank lines are allowed, anything else must parse."""
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as error:
-        raise FileNotFoundError(f"prompts file {str(path)!r}: {error.strerror or error}") from error
-    prompts = [parse_line(line, f"{path}:{number}") for number, line in enumerate(lines, 1) if line.strip()]
+    prompts = [parse_record(record, where) for where, record in read_objects(path, EXAMPLE)]
     if not prompts:
         raise ValueError(f"prompts file {str(path)!r} has no prompts (one JSON object per line)")
     return prompts
 
 
-def parse_line(line: str, where: str) -> EvalPrompt:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{where}: not JSON ({error.msg}); each line is one JSON object") from error
-    if not isinstance(record, dict):
-        raise ValueError(f'{where}: expected a JSON object like {{"prompt": "...", "domain": "..."}}')
+EXAMPLE = '{"prompt": "...", "domain": "..."}'
+
+
+def parse_record(record: dict, where: str) -> EvalPrompt:
     domain = record.get("domain", DEFAULT_DOMAIN)
     if not isinstance(domain, str) or not domain:
         raise ValueError(f"{where}: `domain` must be a non-empty string")
@@ -82,11 +75,4 @@ def parse_line(line: str, where: str) -> EvalPrompt:
         if not isinstance(record["prompt"], str) or not record["prompt"]:
             raise ValueError(f"{where}: `prompt` must be a non-empty string")
         return EvalPrompt(text=record["prompt"], domain=domain)
-    messages = record["messages"]
-    if not isinstance(messages, list) or not messages or not all(_is_message(m) for m in messages):
-        raise ValueError(f'{where}: `messages` must be a non-empty list of {{"role": ..., "content": ...}} objects')
-    return EvalPrompt(messages=tuple(messages), domain=domain)
-
-
-def _is_message(message) -> bool:
-    return isinstance(message, dict) and isinstance(message.get("role"), str) and isinstance(message.get("content"), str)
+    return EvalPrompt(messages=tuple(check_messages(record["messages"], where)), domain=domain)

@@ -37,6 +37,8 @@ HELP = {
     "window_size": "wedlm_window_size written to the output's generation config",
     "entropy_threshold": "wedlm_entropy_threshold written to the output's generation config",
     "pos_penalty_factor": "wedlm_pos_penalty_factor written to the output's generation config",
+    "eval_prompts": "JSONL of held-out prompts for the end-of-run evaluation (default: the data's held-out rows)",
+    "chat_prompts": "JSONL of general chat prompts: report the greedy drift from the base model on them",
 }
 
 
@@ -46,26 +48,30 @@ def register(parser: argparse.ArgumentParser) -> None:
     add("--data", required=True, help="JSONL of {'text': ...} or {'messages': [...]} records, or a local `datasets` file/folder")
     add("--output-dir", required=True, help="where checkpoints and the adapted model (or adapter) are written")
     for option in fields(FinetuneOptions):
-        if option.name == "trainer_arguments":
+        if option.name in ("trainer_arguments", "evaluate"):
             continue
         flag = "--" + option.name.replace("_", "-")
         default = getattr(DEFAULTS, option.name)
         if isinstance(default, bool):
             add(flag, action="store_true", help=HELP[option.name])
         else:
-            kind = {"lora_alpha": int, "minutes": float, "learning_rate": float, "mask_token": str}.get(option.name, type(default))
+            kind = {"lora_alpha": int, "minutes": float, "learning_rate": float}.get(option.name, type(default) if default is not None else str)
             add(flag, type=kind, default=default, help=HELP[option.name])
     add("--deepspeed", help="a DeepSpeed config file, as for any Trainer job")
     add("--fsdp", help="FSDP options, as TrainingArguments' `fsdp` (e.g. 'full_shard auto_wrap')")
     add("--no-evaluate", action="store_true", help="skip the before/after decoding evaluation at the end")
-    add("--eval-prompts", help="JSONL of held-out prompts for the end-of-run evaluation (default: the data's held-out rows)")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from .recipe import finetune
 
-    values = {option.name: getattr(args, option.name) for option in fields(FinetuneOptions) if option.name != "trainer_arguments"}
+    values = {
+        option.name: getattr(args, option.name)
+        for option in fields(FinetuneOptions)
+        if option.name not in ("trainer_arguments", "evaluate")
+    }
+    values["evaluate"] = not args.no_evaluate
     passed = {name: getattr(args, name) for name in ("deepspeed", "fsdp") if getattr(args, name)}
     summary = finetune(args.model, args.data, args.output_dir, FinetuneOptions(**values, trainer_arguments=passed))
     print(json.dumps({key: value for key, value in summary.items() if key != "options"}, indent=2, default=str))

@@ -7,12 +7,13 @@ row, right-padded (padding is never maskable, so it carries no loss). A chat lon
 naming its line, never silently cut or dropped.
 """
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from transformers import PreTrainedTokenizerBase
+
+from ..jsonl import check_messages, read_objects
 
 TEXT, MESSAGES = "text", "messages"
 
@@ -32,25 +33,8 @@ def read_records(source: str | Path) -> list[Record]:
     if not path.exists():
         raise FileNotFoundError(f"--data {source}: no such file or folder")
     if path.suffix == ".jsonl":
-        return [_record(f"{path.name} line {number}", line) for number, line in _lines(path)]
+        return [_checked(where, value) for where, value in read_objects(path, '{"text": ...} or {"messages": [...]}')]
     return [_checked(f"{path.name} row {index + 1}", dict(row)) for index, row in enumerate(_dataset(path))]
-
-
-def _lines(path: Path):
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if line.strip():
-                yield number, line
-
-
-def _record(where: str, line: str) -> Record:
-    try:
-        value = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{where}: not valid JSON ({error.msg})") from error
-    if not isinstance(value, dict):
-        raise ValueError(f"{where}: expected a JSON object with 'text' or 'messages', got {type(value).__name__}")
-    return _checked(where, value)
 
 
 def _checked(where: str, value: dict) -> Record:
@@ -60,9 +44,7 @@ def _checked(where: str, value: dict) -> Record:
         if not isinstance(value[TEXT], str) or not value[TEXT]:
             raise ValueError(f"{where}: 'text' must be a non-empty string")
         return Record(where, text=value[TEXT])
-    messages = value[MESSAGES]
-    if not isinstance(messages, list) or not all(isinstance(m, dict) and {"role", "content"} <= set(m) for m in messages):
-        raise ValueError(f"{where}: 'messages' must be a list of {{'role': ..., 'content': ...}} objects")
+    messages = check_messages(value[MESSAGES], where)
     if not any(m["role"] == "assistant" for m in messages):
         raise ValueError(f"{where}: a chat needs at least one 'assistant' message (only those tokens are trained)")
     return Record(where, messages=messages)

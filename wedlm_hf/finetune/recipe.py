@@ -6,7 +6,6 @@ verifies against it). Everything multi-process or memory-saving is `Trainer`'s o
 `torchrun` data parallelism, DeepSpeed and FSDP configs, gradient checkpointing, bf16, resuming.
 """
 
-import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -15,8 +14,10 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback, TrainingArguments
 from transformers.utils import logging
 
+from ..evaluation import read_prompts
 from ..loading import load_model_and_tokenizer
 from ..training.objective import DualStreamCollator, WeDLMTrainer
+from .card import evaluate_output, held_out_prompts, write_model_card, write_summary
 from .data import RowDataset, build_rows, read_records
 from .mask_token import ensure_mask_token
 
@@ -58,6 +59,11 @@ class FinetuneOptions:
     window_size: int = 16
     entropy_threshold: float = 0.4
     pos_penalty_factor: float = 0.02
+    evaluate: bool = True
+    """Run the before/after decoding evaluation at the end (on `eval_prompts`, else the held-out rows)."""
+    eval_prompts: str | None = None
+    chat_prompts: str | None = None
+    """JSONL of general chat prompts: measure the adapted model's greedy drift from the base model on them."""
     trainer_arguments: dict = field(default_factory=dict)
     """Further `TrainingArguments` (e.g. `deepspeed`, `fsdp`, `report_to`), passed as they are."""
 
@@ -111,7 +117,13 @@ def finetune(model_name: str, data: str, output_dir: str, options: FinetuneOptio
     }
     if trainer.is_world_process_zero():
         summary["written"] = save_output(trainer.model, tokenizer, output_dir, options, mask_id)
-        (Path(output_dir) / "finetune_summary.json").write_text(json.dumps(summary, indent=2))
+        report = None
+        if options.evaluate:
+            prompts = read_prompts(options.eval_prompts) if options.eval_prompts else held_out_prompts(eval_rows, tokenizer)
+            report = evaluate_output(output_dir, model_name, prompts, options.chat_prompts)
+            summary["evaluation"] = report.to_dict()
+        write_summary(output_dir, summary)
+        write_model_card(output_dir, summary, report)
     return summary
 
 
@@ -127,6 +139,9 @@ def check_options(options: FinetuneOptions) -> None:
         raise ValueError("--merge merges a LoRA adapter into the model: it needs --lora-r")
     if not 0 <= options.eval_share < 1:
         raise ValueError(f"--eval-share must be in [0, 1), got {options.eval_share}")
+    for name in ("eval_prompts", "chat_prompts"):
+        if getattr(options, name) and not Path(getattr(options, name)).expanduser().is_file():
+            raise FileNotFoundError(f"--{name.replace('_', '-')} {getattr(options, name)}: no such file")
     if options.minutes is not None and options.minutes <= 0:
         raise ValueError(f"--minutes must be positive, got {options.minutes}")
 
@@ -224,6 +239,8 @@ def wedlm_generation_config(config: GenerationConfig, options: FinetuneOptions, 
     config._from_model_config = False  # else loading rebuilds it from the model config, dropping these
     config.decoding = "wedlm"
     config.mask_token_id = mask_id
+    # the mask is an input only, but its (tied or trained) output row can win an argmax after training on it
+    config.suppress_tokens = sorted({*(config.suppress_tokens or []), mask_id})
     config.wedlm_window_size = options.window_size
     config.wedlm_entropy_threshold = options.entropy_threshold
     config.wedlm_pos_penalty_factor = options.pos_penalty_factor

@@ -1,0 +1,90 @@
+"""The end of a fine-tuning run: the before/after decoding evaluation and the model card beside the output.
+
+Evaluation prompts default to the run's held-out rows (the first half of each text row; a chat's prompt turns), so
+every run reports how much faster its own domain decodes, without a prompt file. Drift is measured when chat
+prompts are given: the adapted model's greedy answers against the base model's.
+"""
+
+import json
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from ..evaluation import EvalPrompt, EvaluationReport, evaluate_model, read_prompts
+from ..loading import load_model_and_tokenizer
+
+HELD_OUT = "held-out"
+
+
+def held_out_prompts(rows: list[dict], tokenizer: PreTrainedTokenizerBase, count: int = 8) -> list[EvalPrompt]:
+    """Prompts from held-out rows: a text row's first half (its maskable tokens), a chat's tokens before its
+    first assistant token; decoded back to text, so any tokenizer re-encodes them."""
+    prompts = []
+    for row in rows[:count]:
+        ids, maskable = row["input_ids"], row["maskable"]
+        chat = not maskable[0]
+        cut = maskable.index(True) if chat else max(1, sum(maskable) // 2)
+        prompts.append(EvalPrompt(text=tokenizer.decode(ids[:cut]), domain=f"{HELD_OUT} {'chat' if chat else 'text'}"))
+    return prompts
+
+
+def evaluate_output(
+    output_dir: str, base_name: str, prompts: list[EvalPrompt], chat_prompts: str | None, max_new_tokens: int = 48
+) -> EvaluationReport:
+    """Evaluate the written output against its base; the report is written as evaluation.json / evaluation.md."""
+    model, tokenizer = load_model_and_tokenizer(output_dir, dtype=torch.float32)
+    extra = {}
+    if chat_prompts:
+        base, base_tokenizer = load_model_and_tokenizer(base_name, dtype=torch.float32)
+        extra = dict(base_model=base, base_tokenizer=base_tokenizer, chat_prompts=read_prompts(chat_prompts))
+    with torch.inference_mode():
+        report = evaluate_model(model, tokenizer, prompts, max_new_tokens=max_new_tokens, **extra)
+    report.write_json(Path(output_dir) / "evaluation.json")
+    (Path(output_dir) / "evaluation.md").write_text(report.markdown())
+    return report
+
+
+def write_model_card(output_dir: str, summary: dict, report: EvaluationReport | None) -> None:
+    """README.md with Hub metadata: what the model is, how it was trained and loads, and its evaluation table."""
+    options = summary["options"]
+    kind = "a LoRA adapter (PEFT)" if summary["written"] == "adapter" else "a fine-tuned model"
+    lines = [
+        "---",
+        f"base_model: {summary['base_model']}",
+        "library_name: " + ("peft" if summary["written"] == "adapter" else "transformers"),
+        "tags: [wedlm, parallel-decoding, wedlm-hf]",
+        "---",
+        "",
+        f"# {Path(output_dir).name}",
+        "",
+        f"{kind.capitalize()} of `{summary['base_model']}` adapted for WeDLM parallel decoding by `wedlm-hf finetune` "
+        "(dual-stream masked objective with an auxiliary next-token loss).",
+        "",
+        "```python",
+        "import wedlm_hf",
+        "from wedlm_hf.loading import load_model_and_tokenizer",
+        f'model, tokenizer = load_model_and_tokenizer("{output_dir}")',
+        "wedlm_hf.enable(model)  # WeDLM is the default decoding of its generation config",
+        "```",
+        "",
+        "## Training",
+        "",
+        f"- data: `{summary['data']}` ({summary['train_rows']} training rows, {summary['eval_rows']} held out)",
+        f"- steps: {summary['steps']}, tokens seen: {summary['tokens_seen']}, wall time: {summary['wall_seconds']} s",
+        f"- rows of {options['seq_len']} tokens, block {options['block_size']}, AR weight {options['ar_weight']}, "
+        f"LoRA rank {options['lora_r'] or 'none (full fine-tuning)'}, mask token id {summary['mask_token_id']}",
+        f"- eval loss: {_loss(summary['eval_before'])} before, {_loss(summary['eval'])} after",
+        "",
+    ]
+    if report is not None:
+        lines += ["## Evaluation", "", report.markdown()]
+    (Path(output_dir) / "README.md").write_text("\n".join(lines))
+
+
+def _loss(metrics: dict | None) -> str:
+    return "-" if not metrics else f"{metrics['eval_loss']:.3f}"
+
+
+def write_summary(output_dir: str, summary: dict) -> None:
+    (Path(output_dir) / "finetune_summary.json").write_text(json.dumps(summary, indent=2, default=str))
