@@ -23,6 +23,14 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
 WINDOW_SDPA = "wedlm_window_sdpa"
+MASK_IMPLEMENTATIONS = ("sdpa", "eager")
+"""Attention implementations that take a prebuilt 4D mask: boolean (sdpa) or additive (eager)."""
+
+
+def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean mask (True = attend) as eager attention's additive one: 0 where it attends, the dtype's minimum
+    elsewhere."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
 
 
 def window_sdpa_attention(module: torch.nn.Module, query, key, value, attention_mask, **kwargs):
@@ -93,15 +101,13 @@ def prebuilt_attention_mask(
     keys): each query sees the valid keys up to its own column. 4D (batch, 1, queries, keys) for SDPA (boolean)
     and eager attention (additive); the 2D key mask for every other implementation, which builds its own."""
     implementation = getattr(config, "_attn_implementation", None)
-    if implementation not in ("sdpa", "eager"):
+    if implementation not in MASK_IMPLEMENTATIONS:
         return key_valid.long()
     key_length = key_valid.shape[1]
     keys = torch.arange(key_length, device=key_valid.device)
     causal = keys[None, :] <= keys[key_length - query_length :, None]
     mask = key_valid[:, None, None, :] & causal
-    if implementation == "eager":
-        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
-    return mask
+    return additive_mask(mask, dtype) if implementation == "eager" else mask
 
 
 def explicit_attention_kwargs(

@@ -8,8 +8,9 @@ import torch
 from transformers import GenerationConfig, GenerationMixin, PreTrainedModel, StoppingCriteriaList, StopStringCriteria
 from transformers.utils import logging
 
-from .decoding import UnsupportedRequest, reject_unsupported, wedlm_decode
+from .decoding import wedlm_decode
 from .support import check_supported
+from .validation import UnsupportedRequest, reject_unsupported
 
 WEDLM = "wedlm"
 AUTOREGRESSIVE = ("ar", "autoregressive")
