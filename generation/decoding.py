@@ -75,7 +75,7 @@ def wedlm_decode(
     max_new_tokens = generation_config.max_length - input_ids.shape[1]
     problem = position_limit_error(model, max(prompt_lengths), max_new_tokens)
     if problem is not None:
-        raise ValueError(f"The longest prompt's {problem}")
+        raise ValueError(f"The longest prompt: {problem}")
 
     device = input_ids.device
     layout = WindowLayout(

@@ -165,12 +165,15 @@ def prompt_mask(input_ids: torch.LongTensor, model_kwargs: dict) -> tuple[torch.
     return attention_mask, lengths
 
 
-def position_limit_error(model: PreTrainedModel, prompt_tokens: int, max_new_tokens: int) -> str | None:
-    """Why `prompt_tokens` + `max_new_tokens` do not fit the model's positions, or None if they do."""
+def position_limit_error(
+    model: PreTrainedModel, prompt_tokens: int, max_new_tokens: int, budget_name: str = "max_new_tokens"
+) -> str | None:
+    """Why `prompt_tokens` + `max_new_tokens` do not fit the model's positions, or None if they do; the message
+    names the budget as the caller's user sets it (`budget_name`)."""
     limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
     if limit is None or prompt_tokens + max_new_tokens <= limit:
         return None
     return (
-        f"{prompt_tokens} prompt tokens plus max_new_tokens={max_new_tokens} exceed the model's "
-        f"max_position_embeddings ({limit}); shorten the prompt or lower max_new_tokens."
+        f"{prompt_tokens} prompt tokens plus {budget_name}={max_new_tokens} exceed the model's "
+        f"max_position_embeddings ({limit}); shorten the prompt or lower {budget_name}."
     )
