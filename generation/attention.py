@@ -103,10 +103,11 @@ def prebuilt_attention_mask(
     implementation = getattr(config, "_attn_implementation", None)
     if implementation not in MASK_IMPLEMENTATIONS:
         return key_valid.long()
-    key_length = key_valid.shape[1]
-    keys = torch.arange(key_length, device=key_valid.device)
-    causal = keys[None, :] <= keys[key_length - query_length :, None]
-    mask = key_valid[:, None, None, :] & causal
+    batch_size, key_length = key_valid.shape
+    causal = torch.ones(query_length, key_length, dtype=torch.bool, device=key_valid.device).tril(
+        key_length - query_length
+    )
+    mask = key_valid.view(batch_size, 1, 1, key_length) & causal
     return additive_mask(mask, dtype) if implementation == "eager" else mask
 
 

@@ -78,10 +78,7 @@ def wedlm_decode(
         raise ValueError(f"The longest prompt: {problem}")
 
     device = input_ids.device
-    layout = WindowLayout(
-        settings.mask_token_id, settings.window_size, max_new_tokens,
-        torch.arange(2 * settings.window_size, device=device)[None],
-    )
+    layout = WindowLayout.create(settings.mask_token_id, settings.window_size, max_new_tokens, device)
     eos_ids = generation_config._eos_token_tensor
     eos_ids = eos_ids.to(device) if eos_ids is not None else None
     pad_id = generation_config._pad_token_tensor

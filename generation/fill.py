@@ -43,8 +43,12 @@ class SlotFiller:
         window_size, scores = self.layout.window_size, state.scores
         candidates = fillable & (self.layout.slots[:, :window_size] < state.length[:, None])
         columns = slot_physical.clamp(0, logits.shape[1] - 1)
-        entropy = slot_entropy(logits).gather(1, columns)
-        chosen = choose_slots(entropy, candidates, self.settings.entropy_threshold, self.settings.pos_penalty_factor)
+        if window_size == 1:  # one candidate at most: `choose_slots` would pick it whatever its entropy
+            chosen = candidates
+        else:
+            entropy = slot_entropy(logits).gather(1, columns)
+            settings = self.settings
+            chosen = choose_slots(entropy, candidates, settings.entropy_threshold, settings.pos_penalty_factor)
         slot_logits = gather_columns(logits, columns) if scores.keeps_logits else None
         logits[..., self.layout.mask_id] = float("-inf")
         if self.logits_processor or self.do_sample:

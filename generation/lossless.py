@@ -86,16 +86,16 @@ class LosslessPolicy:
 
     def plan(self, state: WindowState) -> StepPlan:
         if not self.started:
-            return StepPlan(length=state.length.clone(), start=state.generated, leading=torch.zeros_like(state.length))
+            filled, none = state.window != self.layout.mask_id, torch.zeros_like(state.length)
+            return StepPlan(length=state.length.clone(), start=state.generated, filled=filled, leading=none)
         # 1. the certain token is committed now; its K/V come from the forward below
-        leading = leading_filled(state, self.layout)
+        filled, leading = leading_filled(state, self.layout)
         start = state.generated
         state.done |= self.record.commit(state, torch.ones_like(leading))
         # 2. one forward: next-token logits at the certain token and at every leading draft, plus as many extra
         #    mask slots as there are drafts, so that if all are accepted the next window is already predicted
-        budget = self.layout.max_new_tokens - start - state.length
-        length = state.length + torch.minimum(leading - 1, budget)
-        return StepPlan(length, start, leading, all_columns=True, checks=(self.drafts.mask_predicted.any(),))
+        length = torch.minimum(state.length + (leading - 1), self.layout.max_new_tokens - start)
+        return StepPlan(length, start, filled, leading, all_columns=True, checks=(self.drafts.mask_predicted.any(),))
 
     def checked(self, values: list[int]) -> None:
         if values and values[0]:

@@ -59,24 +59,28 @@ class OutputRecord:
         num_leading = num_leading.masked_fill(state.done, 0)
         finished = state.generated + num_leading >= self.layout.max_new_tokens
         commit_length = num_leading
-        slots = self.layout.slots
+        offset = self.layout.slots - start if start else self.layout.slots  # index within the commit
         if self.eos_ids is not None:
-            in_commit = (slots >= start) & (slots < start + num_leading[:, None])
+            in_commit = offset < num_leading[:, None]
+            if start:
+                in_commit &= offset >= 0
             is_eos = torch.isin(state.window, self.eos_ids) & in_commit
             has_eos = is_eos.any(1)
-            commit_length = torch.where(has_eos, is_eos.int().argmax(1) + 1 - start, commit_length)
+            commit_length = torch.where(has_eos, is_eos.int().argmax(1) + (1 - start), commit_length)
             finished |= has_eos
         if self.user_criteria:
             commit_length, stopped = self._apply_user_criteria(state, commit_length, start)
             finished |= stopped
-        self._write(state, commit_length, start)
+        self._write(state, commit_length, start, offset)
         return finished
 
-    def _write(self, state: WindowState, commit_length: torch.Tensor, start: int) -> None:
-        """Copy each row's `commit_length` slots from `start` to the output, with their traces and scores."""
-        offset = self.layout.slots - start
-        take = (offset >= 0) & (offset < commit_length[:, None])
-        position = torch.where(take, state.generated[:, None] + offset, self.discard)  # index among generated tokens
+    def _write(self, state: WindowState, commit_length: torch.Tensor, start: int, offset: torch.Tensor) -> None:
+        """Copy each row's `commit_length` slots from `start` (`offset`: each slot's index within the commit) to
+        the output, with their traces and scores."""
+        skip = offset >= commit_length[:, None]
+        if start:
+            skip |= offset < 0
+        position = (state.generated[:, None] + offset).masked_fill(skip, self.discard)  # index among generated tokens
         rows = state.rows[:, None]
         self.sequences[rows, self.prompt_length + position] = state.window
         self.fill_step[rows, position] = state.fill_step
