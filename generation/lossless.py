@@ -168,14 +168,12 @@ class LosslessPolicy:
         all_accepted = (drafts > 0) & ~corrected
         limit = torch.where(all_accepted, (2 * rows.draft_limit + 1).clamp(max=self.most_drafts), rows.draft_limit)
         limit = torch.where(corrected & (2 * accepted < rows.draft_limit), accepted, limit)
-        rows.probe_wait = torch.where(
-            accepted > 0,
-            torch.full_like(rows.probe_wait, FIRST_AR_RUN),
-            torch.where(corrected, (2 * rows.probe_wait).clamp(max=LONGEST_AR_RUN), rows.probe_wait),
-        )
-        rows.ar_run = torch.where(limit == 0, rows.ar_run + 1, torch.zeros_like(rows.ar_run))
-        probe = (limit == 0) & (rows.ar_run >= rows.probe_wait)
-        rows.draft_limit = torch.where(probe, min(1, self.most_drafts), limit)
+        longer_wait = torch.where(corrected, (2 * rows.probe_wait).clamp(max=LONGEST_AR_RUN), rows.probe_wait)
+        rows.probe_wait = longer_wait.masked_fill(accepted > 0, FIRST_AR_RUN)
+        no_drafts = limit == 0
+        rows.ar_run = (rows.ar_run + 1) * no_drafts  # AR-only forwards in a row; 0 once the row drafts
+        probe = no_drafts & (rows.ar_run >= rows.probe_wait)
+        rows.draft_limit = limit.masked_fill(probe, min(1, self.most_drafts))
 
     def _limit_window(self, state: WindowState) -> None:
         """Window per row: `draft_limit + 2` slots (1 at zero drafts), at most `window_size`, within
@@ -183,7 +181,7 @@ class LosslessPolicy:
         longest = self.layout.window_size
         if self.adaptive:
             limit = self.drafts.draft_limit
-            wanted = torch.where(limit == 0, 1, limit + 2).clamp(max=longest)
+            wanted = (limit + 2).masked_fill(limit == 0, 1).clamp(max=longest)
         else:
             wanted = torch.full_like(state.length, longest)
         state.length = torch.minimum(wanted, self.layout.max_new_tokens - state.generated)

@@ -42,6 +42,8 @@ class OutputRecord:
         """One column past the output: dense writes aim every slot they do not commit there."""
         self.sequences = torch.full((batch_size, self.prompt_length + outputs), pad_id, dtype=torch.long, device=device)
         self.sequences[:, : self.prompt_length] = input_ids
+        self.new_tokens = self.sequences[:, self.prompt_length :]
+        """A view of the generated columns: commits write through it."""
         self.fill_step = torch.zeros((batch_size, outputs), dtype=torch.long, device=device)
         self.commit_step = torch.zeros((batch_size, outputs), dtype=torch.long, device=device)
         self.token_scores = {kind: torch.zeros(batch_size, outputs, vocab_size, device=device) for kind in score_kinds}
@@ -82,7 +84,7 @@ class OutputRecord:
             skip |= offset < 0
         position = (state.generated[:, None] + offset).masked_fill(skip, self.discard)  # index among generated tokens
         rows = state.rows[:, None]
-        self.sequences[rows, self.prompt_length + position] = state.window
+        self.new_tokens[rows, position] = state.window
         self.fill_step[rows, position] = state.fill_step
         self.commit_step[rows, position] = self.steps + 1
         for kind, store in self.token_scores.items():
