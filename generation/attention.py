@@ -90,6 +90,24 @@ class WindowAttention:
             self.config._attn_implementation = "sdpa"
 
 
+def window_forward(
+    call, model: torch.nn.Module, cache, input_ids: torch.Tensor, attention_mask, position_ids: torch.Tensor,
+    logits_to_keep: int, **attention_kwargs,
+) -> torch.Tensor:
+    """The logits of one window forward through `call` (the model, or its compiled call) into `cache`, with
+    `WINDOW_SDPA` selected for its duration where it applies."""
+    with WindowAttention(model):
+        return call(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=logits_to_keep,
+            **attention_kwargs,
+        ).logits
+
+
 def uses_flash_attention(config: PreTrainedConfig) -> bool:
     return "flash" in str(getattr(config, "_attn_implementation", "") or "")
 

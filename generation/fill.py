@@ -1,6 +1,8 @@
 """Filling mask slots from a forward's logits: which slots (low entropy first, `selection.py`) and with which
 tokens (argmax, or through the logits processors and sampling)."""
 
+from dataclasses import dataclass
+
 import torch
 from transformers import LogitsProcessorList
 
@@ -15,20 +17,14 @@ def gather_columns(logits: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
     return logits.gather(1, columns[..., None].expand(-1, -1, logits.shape[-1]))
 
 
+@dataclass
 class SlotFiller:
-    def __init__(
-        self,
-        layout: WindowLayout,
-        settings: WeDLMSettings,
-        record: OutputRecord,
-        logits_processor: LogitsProcessorList,
-        do_sample: bool,
-    ):
-        self.layout = layout
-        self.settings = settings
-        self.record = record
-        self.logits_processor = logits_processor
-        self.do_sample = do_sample
+    layout: WindowLayout
+    settings: WeDLMSettings
+    record: OutputRecord
+    """Gives the step number (fill traces) and the committed context logits processors see."""
+    logits_processor: LogitsProcessorList
+    do_sample: bool
 
     def fill(
         self, state: WindowState, logits: torch.Tensor, slot_physical: torch.Tensor, fillable: torch.Tensor
