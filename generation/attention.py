@@ -2,8 +2,10 @@
 
 transformers infers *packed sequences* from non-monotonic `position_ids` when it gets no 2D mask and no cache
 (masking_utils) and, on FlashAttention, whenever a batch of one arrives without a mask. A WeDLM window's RoPE
-positions are deliberately non-monotonic, so every forward must carry an explicit mask, plus explicit
-`cu_seq_lens_*` for FlashAttention (whose mask builder drops an all-ones mask).
+positions are deliberately non-monotonic, so every decoding forward carries its cache (and a mask wherever a key
+is invalid or the query is wider than one token), plus explicit `cu_seq_lens_*` for FlashAttention (whose mask
+builder drops an all-ones mask). Model classes are left alone: without mask or cache, packing is what a caller
+means (padding-free training batches).
 
 A window forward's mask is prebuilt here in the 4D form the SDPA and eager attention functions take: transformers'
 `create_causal_mask` returns a 4D mask as it is, so no mask is rebuilt per forward (a query longer than one token
@@ -127,14 +129,6 @@ def prebuilt_attention_mask(
     )
     mask = key_valid.view(batch_size, 1, 1, key_length) & causal
     return additive_mask(mask, dtype) if implementation == "eager" else mask
-
-
-def explicit_attention_kwargs(
-    config: PreTrainedConfig, batch_size: int, query_length: int, past_length: int, device: torch.device
-) -> tuple[torch.Tensor, dict]:
-    """An all-ones 2D mask over past + query, and FlashAttention sequence lengths when that kernel is in use."""
-    attention_mask = torch.ones(batch_size, past_length + query_length, dtype=torch.long, device=device)
-    return attention_mask, flash_sequence_lengths(config, batch_size, query_length, past_length, device)
 
 
 def flash_sequence_lengths(

@@ -98,14 +98,17 @@ class OutputRecord:
     def _apply_user_criteria(
         self, state: WindowState, commit_length: torch.Tensor, start: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Cut each row's commit at the first token after which a user stopping criterion fires, as AR would."""
+        """Cut each row's commit at the first token after which a user stopping criterion fires, as AR would.
+
+        A criterion may return a plain bool, as older ones (lm-evaluation-harness's stop sequences) do; transformers'
+        `StoppingCriteriaList` accepts that too."""
         stopped = torch.zeros_like(commit_length, dtype=torch.bool)
         cut = commit_length.clone()
         for i, row in enumerate(state.rows.tolist()):
             committed = self.sequences[row, : self.prompt_length + int(state.generated[i])]
             for t in range(int(commit_length[i])):
                 prefix = torch.cat([committed, state.window[i, start : start + t + 1]])[None]
-                if any(bool(criterion(prefix, None).any()) for criterion in self.user_criteria):
+                if any(bool(torch.as_tensor(criterion(prefix, None)).any()) for criterion in self.user_criteria):
                     cut[i], stopped[i] = t + 1, True
                     break
         return cut, stopped
