@@ -24,7 +24,7 @@ from .plain import PlainPolicy
 from .record import OutputRecord
 from .settings import UNSET, WeDLMSettings
 from .static import StaticBackend
-from .validation import check_request, check_settings, position_limit_error, prompt_mask
+from .validation import check_request, check_settings, checked_prompt
 from .window import WindowLayout, WindowScores, WindowState
 
 
@@ -58,35 +58,19 @@ def wedlm_decode(
     check_request(model, generation_config, logits_processor, model_kwargs, synced_gpus)
     vocab_size = model.config.get_text_config().vocab_size
     settings = WeDLMSettings.resolve(
-        generation_config,
-        model.config,
-        vocab_size,
-        window_size=wedlm_window_size,
-        entropy_threshold=wedlm_entropy_threshold,
-        pos_penalty_factor=wedlm_pos_penalty_factor,
-        mask_token_id=mask_token_id,
-        blockwise=wedlm_blockwise,
-        lossless=wedlm_lossless,
-        draft_schedule=wedlm_draft_schedule,
-        static=wedlm_static,
+        generation_config, model.config, vocab_size, window_size=wedlm_window_size,
+        entropy_threshold=wedlm_entropy_threshold, pos_penalty_factor=wedlm_pos_penalty_factor,
+        mask_token_id=mask_token_id, blockwise=wedlm_blockwise, lossless=wedlm_lossless,
+        draft_schedule=wedlm_draft_schedule, static=wedlm_static,
     )
     check_settings(settings, model, generation_config, logits_processor)
-    mask, prompt_lengths = prompt_mask(input_ids, model_kwargs)
     max_new_tokens = generation_config.max_length - input_ids.shape[1]
-    problem = position_limit_error(model, max(prompt_lengths), max_new_tokens)
-    if problem is not None:
-        raise ValueError(f"The longest prompt: {problem}")
-
-    device = input_ids.device
-    layout = WindowLayout.create(settings.mask_token_id, settings.window_size, max_new_tokens, device)
-    eos_ids = generation_config._eos_token_tensor
-    eos_ids = eos_ids.to(device) if eos_ids is not None else None
-    pad_id = generation_config._pad_token_tensor
-    pad_id = int(pad_id) if pad_id is not None else (int(eos_ids.flatten()[0]) if eos_ids is not None else 0)
+    mask, prompt_lengths = checked_prompt(model, input_ids, model_kwargs, max_new_tokens)
+    layout = WindowLayout.create(settings.mask_token_id, settings.window_size, max_new_tokens, input_ids.device)
     kinds = tuple(kind for kind in ("scores", "logits") if getattr(generation_config, f"output_{kind}"))
     policy_class = LosslessPolicy if settings.lossless else PlainPolicy
-    record = OutputRecord(
-        input_ids, layout, pad_id, eos_ids, stopping_criteria, streamer, kinds, vocab_size, policy_class.counter_names
+    record = _output_record(
+        input_ids, layout, generation_config, stopping_criteria, streamer, kinds, vocab_size, policy_class
     )
     state = _first_window(input_ids, mask, layout, kinds, vocab_size)
     filler = SlotFiller(layout, settings, record, logits_processor, bool(generation_config.do_sample))
@@ -103,6 +87,26 @@ def wedlm_decode(
     if streamer is not None:
         streamer.end()
     return record.output(generation_config.return_dict_in_generate)
+
+
+def _output_record(
+    input_ids: torch.LongTensor,
+    layout: WindowLayout,
+    generation_config: GenerationConfig,
+    stopping_criteria: StoppingCriteriaList,
+    streamer: BaseStreamer | None,
+    kinds: tuple[str, ...],
+    vocab_size: int,
+    policy_class: type,
+) -> OutputRecord:
+    """The call's output record; finished rows are padded with `pad_token_id`, else the first EOS id, else 0."""
+    eos_ids = generation_config._eos_token_tensor
+    eos_ids = eos_ids.to(input_ids.device) if eos_ids is not None else None
+    pad_id = generation_config._pad_token_tensor
+    pad_id = int(pad_id) if pad_id is not None else (int(eos_ids.flatten()[0]) if eos_ids is not None else 0)
+    return OutputRecord(
+        input_ids, layout, pad_id, eos_ids, stopping_criteria, streamer, kinds, vocab_size, policy_class.counter_names
+    )
 
 
 def _first_window(

@@ -1,8 +1,8 @@
 """Every check of a WeDLM `generate` request, run once per call before anything is allocated.
 
 `check_request` refuses options WeDLM decoding would otherwise ignore (before settings are resolved);
-`check_settings` the combinations of resolved settings and the model/request they cannot serve; `prompt_mask` reads
-and checks the prompt's padding. `position_limit_error` is the one prompt + max_new_tokens check that the batch
+`check_settings` the combinations of resolved settings and the model/request they cannot serve; `checked_prompt`
+reads and checks the prompt's padding and length. `position_limit_error` is the one prompt + max_new_tokens check that the batch
 jobs, the command line and the benchmarks call too.
 """
 
@@ -140,14 +140,26 @@ def _check_special_tokens(settings: WeDLMSettings, generation_config: Generation
         )
 
 
-def prompt_mask(input_ids: torch.LongTensor, model_kwargs: dict) -> tuple[torch.Tensor, list[int]]:
-    """The prompt's 2D padding mask, checked (WeDLM needs left padding and at least one real token per row), and
-    each row's prompt length."""
+def checked_prompt(
+    model: PreTrainedModel, input_ids: torch.LongTensor, model_kwargs: dict, max_new_tokens: int
+) -> tuple[torch.Tensor, list[int]]:
+    """The prompt's 2D padding mask, checked (WeDLM needs left padding and at least one real token per row, and
+    room for `max_new_tokens` after the longest), and each row's prompt length."""
     if input_ids.shape[1] == 0:
         raise ValueError("`input_ids` is empty: WeDLM decoding needs at least one prompt token (e.g. the BOS token).")
     attention_mask = model_kwargs.get("attention_mask")
     if attention_mask is None:
-        return torch.ones_like(input_ids), [input_ids.shape[1]] * input_ids.shape[0]
+        attention_mask, lengths = torch.ones_like(input_ids), [input_ids.shape[1]] * input_ids.shape[0]
+    else:
+        lengths = _checked_padding(input_ids, attention_mask)
+    problem = position_limit_error(model, max(lengths), max_new_tokens)
+    if problem is not None:
+        raise ValueError(f"The longest prompt: {problem}")
+    return attention_mask, lengths
+
+
+def _checked_padding(input_ids: torch.LongTensor, attention_mask: torch.Tensor) -> list[int]:
+    """Each row's prompt length from its padding mask, which must be left padding with a real token per row."""
     if attention_mask.shape != input_ids.shape:
         raise ValueError(
             f"`attention_mask` must have the shape of `input_ids` {tuple(input_ids.shape)}, "
@@ -162,7 +174,7 @@ def prompt_mask(input_ids: torch.LongTensor, model_kwargs: dict) -> tuple[torch.
             "`attention_mask` has padding after a prompt token (right padding). WeDLM decoding, like every "
             "decoder-only generation, needs left padding: set `tokenizer.padding_side = 'left'`."
         )
-    return attention_mask, lengths
+    return lengths
 
 
 def position_limit_error(
