@@ -20,12 +20,11 @@ class UnsupportedRequest(ValueError):
     """A `generate` option that WeDLM decoding cannot honour (transformers' usual decoding may)."""
 
 
-def reject_unsupported(generation_config: GenerationConfig, options: dict | None = None) -> None:
-    """Refuse the generation options that WeDLM decoding would otherwise ignore; `options` (the call's keywords)
-    override the generation config's attributes."""
+def reject_unsupported(generation_config: GenerationConfig) -> None:
+    """Refuse the generation options that WeDLM decoding would otherwise ignore."""
 
     def given(name: str):
-        return (options or {}).get(name, getattr(generation_config, name, None))
+        return getattr(generation_config, name, None)
 
     num_beams = given("num_beams")
     if num_beams is not None and num_beams > 1:
@@ -42,17 +41,24 @@ def reject_unsupported(generation_config: GenerationConfig, options: dict | None
                 f"there are no per-token {name[7:]} to return; run `model(output.sequences, {name}=True)` on the "
                 "generated sequences instead."
             )
-    if given("cache_implementation") not in (None, "static"):
-        raise UnsupportedRequest(
-            f"`cache_implementation={given('cache_implementation')!r}`: WeDLM decoding builds its own cache "
-            "(`WeDLMCache`, which crops what a window forward wrote, or with `cache_implementation='static'` the "
-            "fixed-shape `WindowStaticCache`); drop `cache_implementation` (pass `cache_implementation=None` where "
-            "the generation config sets it) or pass 'static'."
-        )
+    reject_cache_implementation(given("cache_implementation"))
     if given("use_cache") is False:
         raise UnsupportedRequest(
             "`use_cache=False`: WeDLM decoding needs the KV cache (committed tokens are never recomputed); drop "
             "`use_cache=False`."
+        )
+
+
+def reject_cache_implementation(cache_implementation: str | None) -> None:
+    """WeDLM builds its own cache. transformers acts on this option (a paged cache switches to continuous
+    batching) before it hands the loop to a `custom_generate` callable, so `generate(decoding="wedlm")` checks the
+    call's value up front as well."""
+    if cache_implementation not in (None, "static"):
+        raise UnsupportedRequest(
+            f"`cache_implementation={cache_implementation!r}`: WeDLM decoding builds its own cache "
+            "(`WeDLMCache`, which crops what a window forward wrote, or with `cache_implementation='static'` the "
+            "fixed-shape `WindowStaticCache`); drop `cache_implementation` (pass `cache_implementation=None` where "
+            "the generation config sets it) or pass 'static'."
         )
 
 
