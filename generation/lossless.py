@@ -113,6 +113,8 @@ class LosslessPolicy:
             self._place_certain(state, forward.prompt_logits.argmax(-1), forward.prompt_logits)
             self.filler.fill(state, forward.logits, slot_physical, self._fillable(state))
             return none
+        if forward.fed == 1 and not state.scores.kinds:
+            return self._ar_only_update(state, plan, forward)
         window_size, drafts, logits, fed = self.layout.window_size, plan.leading - 1, forward.logits, forward.fed
         slots = self.layout.slots
         ar_columns = forward.physical[:, :window_size].clamp(max=fed - 1)  # the certain token's and each draft's
@@ -150,6 +152,19 @@ class LosslessPolicy:
         self._limit_window(state)
         return 1 + accepted
 
+    def _ar_only_update(self, state: WindowState, plan: StepPlan, forward: Forward) -> torch.Tensor:
+        """`update` after a forward of one column per row (every row at zero drafts): its argmax is the next
+        certain token, and there is nothing to verify, count or fill. Same result as the general path, in a
+        fraction of its ops (on held-out code most lossless forwards are of this kind)."""
+        next_certain = forward.logits[:, 0].argmax(-1)
+        one = torch.ones_like(plan.length)
+        shift(state, self.layout, one, plan.length, forward.physical)
+        self._place_certain(state, next_certain, None)
+        if self.adaptive:
+            self._probe(self.drafts.draft_limit)
+        self._limit_window(state)
+        return one
+
     def _fillable(self, state: WindowState) -> torch.Tensor:
         window_size = self.layout.window_size
         return (state.window[:, :window_size] == self.layout.mask_id) & (self.layout.slots[:, :window_size] >= 1)
@@ -170,6 +185,12 @@ class LosslessPolicy:
         limit = torch.where(corrected & (2 * accepted < rows.draft_limit), accepted, limit)
         longer_wait = torch.where(corrected, (2 * rows.probe_wait).clamp(max=LONGEST_AR_RUN), rows.probe_wait)
         rows.probe_wait = longer_wait.masked_fill(accepted > 0, FIRST_AR_RUN)
+        self._probe(limit)
+
+    def _probe(self, limit: torch.Tensor) -> None:
+        """Set the new `draft_limit`: rows at zero drafts count their AR-only forwards and try one draft again
+        after `probe_wait` of them."""
+        rows = self.drafts
         no_drafts = limit == 0
         rows.ar_run = (rows.ar_run + 1) * no_drafts  # AR-only forwards in a row; 0 once the row drafts
         probe = no_drafts & (rows.ar_run >= rows.probe_wait)
