@@ -44,7 +44,8 @@ class DynamicBackend:
             attention_mask = prebuilt_attention_mask(
                 model.config, self.cache.key_valid(window_live), input_ids.shape[1], model.dtype
             )
-        lengths = flash_sequence_lengths(model.config, input_ids.shape[0], input_ids.shape[1], past_length, input_ids.device)
+        batch_size, fed = input_ids.shape
+        lengths = flash_sequence_lengths(model.config, batch_size, fed, past_length, input_ids.device)
         return window_forward(
             model, model, self.cache, input_ids, attention_mask, position_ids, logits_to_keep, **lengths
         )

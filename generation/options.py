@@ -26,7 +26,9 @@ class WeDLMOption:
 
 
 OPTIONS = (
-    WeDLMOption("wedlm_window_size", "window_size", 16, "an integer >= 1", cli="window_size", in_rows=True, in_serve=True),
+    WeDLMOption(
+        "wedlm_window_size", "window_size", 16, "an integer >= 1", cli="window_size", in_rows=True, in_serve=True
+    ),
     WeDLMOption(
         "wedlm_entropy_threshold", "entropy_threshold", 0.4, "a number >= 0 or null", cli="threshold", in_rows=True,
         in_serve=True,

@@ -2,8 +2,8 @@
 
 `check_request` refuses options WeDLM decoding would otherwise ignore (before settings are resolved);
 `check_settings` the combinations of resolved settings and the model/request they cannot serve; `checked_prompt`
-reads and checks the prompt's padding and length. `position_limit_error` is the one prompt + max_new_tokens check that the batch
-jobs, the command line and the benchmarks call too.
+reads and checks the prompt's padding and length. `position_limit_error` is the one prompt + max_new_tokens check,
+which the batch jobs, the command line and the benchmarks call too.
 """
 
 import torch

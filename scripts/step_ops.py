@@ -72,7 +72,9 @@ def main() -> None:
     counting = tokenizer(counting_prompts(1)[0], return_tensors="pt")["input_ids"]
     arms = {
         "greedy generate() (code)": (code, {"decoding": "ar"}),
-        "W=1 one slot per step (code)": (code, {"decoding": "wedlm", "wedlm_window_size": 1, "wedlm_entropy_threshold": None}),
+        "W=1 one slot per step (code)": (
+            code, {"decoding": "wedlm", "wedlm_window_size": 1, "wedlm_entropy_threshold": None}
+        ),
         "W=16 plain (code)": (code, {"decoding": "wedlm", "wedlm_window_size": 16}),
         "W=16 plain (counting)": (counting, {"decoding": "wedlm", "wedlm_window_size": 16}),
         "lossless (code)": (code, {"decoding": "wedlm", "wedlm_lossless": True}),
