@@ -25,6 +25,14 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
 WINDOW_SDPA = "wedlm_window_sdpa"
+MASK_IMPLEMENTATIONS = ("sdpa", "eager")
+"""Attention implementations that take a prebuilt 4D mask: boolean (sdpa) or additive (eager)."""
+
+
+def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean mask (True = attend) as eager attention's additive one: 0 where it attends, the dtype's minimum
+    elsewhere."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
 
 
 def window_sdpa_attention(module: torch.nn.Module, query, key, value, attention_mask, **kwargs):
@@ -84,6 +92,24 @@ class WindowAttention:
             self.config._attn_implementation = "sdpa"
 
 
+def window_forward(
+    call, model: torch.nn.Module, cache, input_ids: torch.Tensor, attention_mask, position_ids: torch.Tensor,
+    logits_to_keep: int, **attention_kwargs,
+) -> torch.Tensor:
+    """The logits of one window forward through `call` (the model, or its compiled call) into `cache`, with
+    `WINDOW_SDPA` selected for its duration where it applies."""
+    with WindowAttention(model):
+        return call(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=logits_to_keep,
+            **attention_kwargs,
+        ).logits
+
+
 def uses_flash_attention(config: PreTrainedConfig) -> bool:
     return "flash" in str(getattr(config, "_attn_implementation", "") or "")
 
@@ -95,15 +121,14 @@ def prebuilt_attention_mask(
     keys): each query sees the valid keys up to its own column. 4D (batch, 1, queries, keys) for SDPA (boolean)
     and eager attention (additive); the 2D key mask for every other implementation, which builds its own."""
     implementation = getattr(config, "_attn_implementation", None)
-    if implementation not in ("sdpa", "eager"):
+    if implementation not in MASK_IMPLEMENTATIONS:
         return key_valid.long()
-    key_length = key_valid.shape[1]
-    keys = torch.arange(key_length, device=key_valid.device)
-    causal = keys[None, :] <= keys[key_length - query_length :, None]
-    mask = key_valid[:, None, None, :] & causal
-    if implementation == "eager":
-        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
-    return mask
+    batch_size, key_length = key_valid.shape
+    causal = torch.ones(query_length, key_length, dtype=torch.bool, device=key_valid.device).tril(
+        key_length - query_length
+    )
+    mask = key_valid.view(batch_size, 1, 1, key_length) & causal
+    return additive_mask(mask, dtype) if implementation == "eager" else mask
 
 
 def flash_sequence_lengths(

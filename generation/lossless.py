@@ -15,10 +15,13 @@ embedded checkpoint's counting prompts, drafting at threshold 1.0, that gave 6.5
 """
 
 
+from dataclasses import dataclass, fields
+
 import torch
 
-from .decoding import WindowDecoder
-from .outputs import WeDLMStats
+from .fill import SlotFiller, gather_columns
+from .record import OutputRecord
+from .window import Forward, StepPlan, WindowLayout, WindowState, leading_filled, shift
 
 FIRST_AR_RUN = 4
 LONGEST_AR_RUN = 64
@@ -26,7 +29,27 @@ LONGEST_AR_RUN = 64
 costs two wider forwards: one to draft, one to verify)."""
 
 
-class LosslessDecoder(WindowDecoder):
+
+@dataclass
+class DraftState:
+    """Lossless mode's per-row state (first dimension: the running rows)."""
+
+    drafted: torch.Tensor
+    accepted: torch.Tensor
+    corrected: torch.Tensor
+    """Counters: drafts checked, drafts accepted, forwards that corrected a draft."""
+    draft_limit: torch.Tensor
+    ar_run: torch.Tensor
+    probe_wait: torch.Tensor
+    mask_predicted: torch.Tensor
+    """A row whose greedy next token was the mask id (reported at the next sync: lossless cannot go on)."""
+
+    def select(self, index: torch.Tensor) -> None:
+        for field in fields(self):
+            setattr(self, field.name, getattr(self, field.name)[index])
+
+
+class LosslessPolicy:
     """Greedy AR by verification. Per row, `draft_limit` bounds the drafts a forward checks; a window of
     `draft_limit + 2` slots yields that many (the certain token, the drafts, and one mask whose prediction
     duplicates the certain token's AR prediction), and `draft_limit` 0 is one-token AR.
@@ -41,143 +64,152 @@ class LosslessDecoder(WindowDecoder):
     `"full"` drafts every slot of a `window_size` window, always.
     """
 
-    COUNTERS = WindowDecoder.COUNTERS + ("drafted", "accepted", "corrected")
-    ROW_STATE = WindowDecoder.ROW_STATE + COUNTERS[2:] + ("draft_limit", "ar_run", "probe_wait", "mask_predicted")
+    counter_names = ("drafted", "accepted", "corrected")
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        if self.do_sample:
-            raise ValueError("`wedlm_lossless=True` reproduces greedy decoding; use do_sample=False.")
-        if self.logits_processor:
-            names = ", ".join(type(p).__name__ for p in self.logits_processor)
-            raise ValueError(
-                f"`wedlm_lossless=True` verifies drafts against plain greedy logits; remove the logits processors "
-                f"({names}) or use `wedlm_lossless=False`."
-            )
-        self.drafted, self.accepted, self.corrected = (torch.zeros_like(self.generated) for _ in range(3))
-        self.total_drafted, self.total_accepted, self.total_corrected = (
-            torch.zeros_like(self.total_forwards) for _ in range(3)
+    def __init__(
+        self, layout: WindowLayout, record: OutputRecord, filler: SlotFiller, state: WindowState, adaptive: bool
+    ):
+        self.layout = layout
+        self.record = record
+        self.filler = filler
+        self.adaptive = adaptive
+        self.most_drafts = max(layout.window_size - 2, 0)
+        length = state.length
+        self.drafts = DraftState(
+            drafted=torch.zeros_like(length), accepted=torch.zeros_like(length), corrected=torch.zeros_like(length),
+            draft_limit=torch.full_like(length, self.most_drafts), ar_run=torch.zeros_like(length),
+            probe_wait=torch.full_like(length, FIRST_AR_RUN), mask_predicted=torch.zeros_like(state.done),
         )
-        self.adaptive = self.settings.draft_schedule == "adaptive"
-        self.most_drafts = max(self.settings.window_size - 2, 0)
-        self.draft_limit = torch.full_like(self.window_length, self.most_drafts)
-        self.ar_run = torch.zeros_like(self.window_length)
-        self.probe_wait = torch.full_like(self.window_length, FIRST_AR_RUN)
-        self.mask_predicted = torch.zeros_like(self.done)
-        """A row whose greedy next token was the mask id (reported at the next sync: lossless cannot go on)."""
-        self._limit_window()
+        self.started = False
+        """Whether the first forward ran: it has no certain token yet, only the prompt's AR prediction."""
+        self._limit_window(state)
 
-    def run(self) -> None:
-        none = torch.zeros_like(self.window_length)
-        step = self._begin_step(self.window_length.clone())
-        if step is None:
-            return
-        fed, keep, (length,), _ = step
-        logits, physical = self._feed(length, self.generated, fed, keep)
-        self.cache_commit = none
-        slot_physical = self._shift(none, length, physical)
-        self._place_certain(self.prompt_logits.argmax(-1), self.prompt_logits)
-        self._fill(logits, slot_physical, self._fillable())
-        while self._verify_step():
-            pass
-
-    def _fillable(self) -> torch.Tensor:
-        window = self.window[:, : self.settings.window_size]
-        return (window == self.mask_id) & (self.slots[:, : self.settings.window_size] >= 1)
-
-    def _place_certain(self, tokens: torch.Tensor, logits: torch.Tensor) -> None:
-        """Slot 0 gets the AR token, with the logits it is the argmax of as its scores and logits."""
-        self.mask_predicted |= tokens == self.mask_id
-        self.window[:, 0] = tokens
-        self.window_fill_step[:, 0] = self.stats.model_calls
-        for kept in (self.window_scores, self.window_logits):
-            if kept is not None:
-                kept[:, 0] = logits.to(kept.dtype)
-
-    def _verify_step(self) -> bool:
+    def plan(self, state: WindowState) -> StepPlan:
+        if not self.started:
+            filled, none = state.window != self.layout.mask_id, torch.zeros_like(state.length)
+            return StepPlan(length=state.length.clone(), start=state.generated, filled=filled, leading=none)
         # 1. the certain token is committed now; its K/V come from the forward below
-        num_leading = self._leading_filled()
-        generated_before = self.generated
-        self.done |= self._commit(torch.ones_like(num_leading))
+        filled, leading = leading_filled(state, self.layout)
+        start = state.generated
+        state.done |= self.record.commit(state, torch.ones_like(leading))
         # 2. one forward: next-token logits at the certain token and at every leading draft, plus as many extra
         #    mask slots as there are drafts, so that if all are accepted the next window is already predicted
-        window_size = self.settings.window_size
-        drafts = num_leading - 1
-        budget = self.max_new_tokens - generated_before - self.window_length
-        length = self.window_length + torch.minimum(drafts, budget)
-        step = self._begin_step(length, drafts, generated_before, checks=[self.mask_predicted.any()])
-        if step is None:
-            return False
-        fed, masks, (length, drafts, generated_before), (mask_predicted,) = step
-        if mask_predicted:
+        length = torch.minimum(state.length + (leading - 1), self.layout.max_new_tokens - start)
+        return StepPlan(length, start, filled, leading, all_columns=True, checks=(self.drafts.mask_predicted.any(),))
+
+    def checked(self, values: list[int]) -> None:
+        if values and values[0]:
             raise ValueError(
                 "The model's greedy next token is the mask token; `wedlm_lossless=True` needs a model that never "
                 "emits `mask_token_id` as a next token (any WeDLM-trained checkpoint)."
             )
-        logits, physical = self._feed(length, generated_before, fed, fed)
-        ar_columns = physical[:, :window_size].clamp(max=fed - 1)  # the certain token's and each draft's column
+
+    def update(self, state: WindowState, plan: StepPlan, forward: Forward) -> torch.Tensor:
+        """Verify, commit and draft from this forward; returns the K/V per row the cache keeps."""
+        if not self.started:
+            self.started = True
+            none = torch.zeros_like(plan.length)
+            slot_physical = shift(state, self.layout, none, plan.length, forward.physical)
+            self._place_certain(state, forward.prompt_logits.argmax(-1), forward.prompt_logits)
+            self.filler.fill(state, forward.logits, slot_physical, self._fillable(state))
+            return none
+        if forward.fed == 1 and not state.scores.kinds:
+            return self._ar_only_update(state, plan, forward)
+        window_size, drafts, logits, fed = self.layout.window_size, plan.leading - 1, forward.logits, forward.fed
+        slots = self.layout.slots
+        ar_columns = forward.physical[:, :window_size].clamp(max=fed - 1)  # the certain token's and each draft's
         ar_tokens = logits.argmax(-1).gather(1, ar_columns)
-        matches = (self.window[:, 1:window_size] == ar_tokens[:, : window_size - 1]) & (
-            self.slots[:, : window_size - 1] < drafts[:, None]
+        matches = (state.window[:, 1:window_size] == ar_tokens[:, : window_size - 1]) & (
+            slots[:, : window_size - 1] < drafts[:, None]
         )
         accepted = matches.int().cumprod(1).sum(1)
         corrected = accepted < drafts
-        self.drafted = self.drafted + drafts
-        self.accepted = self.accepted + accepted
-        self.corrected = self.corrected + corrected
+        counts = self.drafts
+        counts.drafted, counts.accepted = counts.drafted + drafts, counts.accepted + accepted
+        counts.corrected = counts.corrected + corrected
         # 3. commit the accepted drafts (their K/V are this forward's), then the AR token becomes certain; each
         #    committed token carries the AR logits it is the argmax of (the slot before it)
-        ar_logits = self._gather_columns(logits, ar_columns) if self.keep_scores or self.keep_logits else None
-        for kept in (self.window_scores, self.window_logits):
-            if kept is not None:
-                kept[:, 1:window_size] = ar_logits[:, : window_size - 1].to(kept.dtype)
+        scores = state.scores
+        ar_logits = gather_columns(logits, ar_columns) if scores.kinds else None
+        if ar_logits is not None:
+            scores.place(slice(1, window_size), ar_logits[:, : window_size - 1])
         if fed > 1:  # an AR-only forward (one column per row) verified no drafts: nothing more to commit
-            self.done |= self._commit(accepted, start=1)
-        self.cache_commit = 1 + accepted
+            state.done |= self.record.commit(state, accepted, start=1)
         next_certain = ar_tokens.gather(1, accepted[:, None]).squeeze(1)
-        certain_logits = None if ar_logits is None else self._gather_columns(ar_logits, accepted[:, None]).squeeze(1)
-        slot_physical = self._shift(1 + accepted, length, physical)
-        after_mismatch = corrected[:, None] & (self.slots >= 1)
-        self.window = self.window.masked_fill(after_mismatch, self.mask_id)
-        self._place_certain(next_certain, certain_logits)
+        certain_logits = None if ar_logits is None else gather_columns(ar_logits, accepted[:, None]).squeeze(1)
+        slot_physical = shift(state, self.layout, 1 + accepted, plan.length, forward.physical)
+        state.window = state.window.masked_fill(corrected[:, None] & (slots >= 1), self.layout.mask_id)
+        self._place_certain(state, next_certain, certain_logits)
         # 4. new drafts from this forward's mask predictions; after a correction every one of them saw the rejected
         #    draft (and a rejected slot's logits predict the slot after it), so those rows draft in the next forward;
-        #    only mask slots fill, and their logits are the last `masks` columns (none in an AR-only forward)
+        #    only mask slots fill, and their logits are the last `mask_columns` (none in an AR-only forward)
+        masks = forward.mask_columns
         if masks:
-            self._fill(logits[:, fed - masks :], slot_physical - (fed - masks), self._fillable() & ~corrected[:, None])
+            fillable = self._fillable(state) & ~corrected[:, None]
+            self.filler.fill(state, logits[:, fed - masks :], slot_physical - (fed - masks), fillable)
         if self.adaptive:
             self._adapt(drafts, accepted, corrected)
-        self._limit_window()
-        return True
+        self._limit_window(state)
+        return 1 + accepted
+
+    def _ar_only_update(self, state: WindowState, plan: StepPlan, forward: Forward) -> torch.Tensor:
+        """`update` after a forward of one column per row (every row at zero drafts): its argmax is the next
+        certain token, and there is nothing to verify, count or fill. Same result as the general path, in a
+        fraction of its ops (on held-out code most lossless forwards are of this kind)."""
+        next_certain = forward.logits[:, 0].argmax(-1)
+        one = torch.ones_like(plan.length)
+        shift(state, self.layout, one, plan.length, forward.physical)
+        self._place_certain(state, next_certain, None)
+        if self.adaptive:
+            self._probe(self.drafts.draft_limit)
+        self._limit_window(state)
+        return one
+
+    def _fillable(self, state: WindowState) -> torch.Tensor:
+        window_size = self.layout.window_size
+        return (state.window[:, :window_size] == self.layout.mask_id) & (self.layout.slots[:, :window_size] >= 1)
+
+    def _place_certain(self, state: WindowState, tokens: torch.Tensor, logits: torch.Tensor | None) -> None:
+        """Slot 0 gets the AR token, with the logits it is the argmax of as its scores and logits."""
+        self.drafts.mask_predicted |= tokens == self.layout.mask_id
+        state.window[:, 0] = tokens
+        state.fill_step[:, 0] = self.record.steps
+        if logits is not None:
+            state.scores.place(slice(0, 1), logits[:, None])
 
     def _adapt(self, drafts: torch.Tensor, accepted: torch.Tensor, corrected: torch.Tensor) -> None:
         """The adaptive schedule's update of `draft_limit` from this forward's verification (see the class)."""
+        rows = self.drafts
         all_accepted = (drafts > 0) & ~corrected
-        limit = torch.where(all_accepted, (2 * self.draft_limit + 1).clamp(max=self.most_drafts), self.draft_limit)
-        limit = torch.where(corrected & (2 * accepted < self.draft_limit), accepted, limit)
-        self.probe_wait = torch.where(
-            accepted > 0,
-            torch.full_like(self.probe_wait, FIRST_AR_RUN),
-            torch.where(corrected, (2 * self.probe_wait).clamp(max=LONGEST_AR_RUN), self.probe_wait),
-        )
-        self.ar_run = torch.where(limit == 0, self.ar_run + 1, torch.zeros_like(self.ar_run))
-        probe = (limit == 0) & (self.ar_run >= self.probe_wait)
-        self.draft_limit = torch.where(probe, min(1, self.most_drafts), limit)
+        limit = torch.where(all_accepted, (2 * rows.draft_limit + 1).clamp(max=self.most_drafts), rows.draft_limit)
+        limit = torch.where(corrected & (2 * accepted < rows.draft_limit), accepted, limit)
+        longer_wait = torch.where(corrected, (2 * rows.probe_wait).clamp(max=LONGEST_AR_RUN), rows.probe_wait)
+        rows.probe_wait = longer_wait.masked_fill(accepted > 0, FIRST_AR_RUN)
+        self._probe(limit)
 
-    def _limit_window(self) -> None:
+    def _probe(self, limit: torch.Tensor) -> None:
+        """Set the new `draft_limit`: rows at zero drafts count their AR-only forwards and try one draft again
+        after `probe_wait` of them."""
+        rows = self.drafts
+        no_drafts = limit == 0
+        rows.ar_run = (rows.ar_run + 1) * no_drafts  # AR-only forwards in a row; 0 once the row drafts
+        probe = no_drafts & (rows.ar_run >= rows.probe_wait)
+        rows.draft_limit = limit.masked_fill(probe, min(1, self.most_drafts))
+
+    def _limit_window(self, state: WindowState) -> None:
         """Window per row: `draft_limit + 2` slots (1 at zero drafts), at most `window_size`, within
         max_new_tokens; slots past it return to MASK."""
-        longest = self.settings.window_size
+        longest = self.layout.window_size
         if self.adaptive:
-            wanted = torch.where(self.draft_limit == 0, 1, self.draft_limit + 2).clamp(max=longest)
+            limit = self.drafts.draft_limit
+            wanted = (limit + 2).masked_fill(limit == 0, 1).clamp(max=longest)
         else:
-            wanted = torch.full_like(self.window_length, longest)
-        self.window_length = torch.minimum(wanted, self.max_new_tokens - self.generated)
-        self.window = self.window.masked_fill(self.slots >= self.window_length[:, None], self.mask_id)
+            wanted = torch.full_like(state.length, longest)
+        state.length = torch.minimum(wanted, self.layout.max_new_tokens - state.generated)
+        state.window = state.window.masked_fill(self.layout.slots >= state.length[:, None], self.layout.mask_id)
 
-    def finish_stats(self) -> WeDLMStats:
-        stats = super().finish_stats()
-        stats.drafted = self.total_drafted.tolist()
-        stats.accepted = self.total_accepted.tolist()
-        stats.corrected = self.total_corrected.tolist()
-        return stats
+    def select_rows(self, index: torch.Tensor) -> None:
+        self.drafts.select(index)
+
+    def counters(self) -> dict[str, torch.Tensor]:
+        return {"drafted": self.drafts.drafted, "accepted": self.drafts.accepted, "corrected": self.drafts.corrected}

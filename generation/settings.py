@@ -13,14 +13,16 @@ from numbers import Integral, Real
 from transformers import GenerationConfig, PreTrainedConfig
 from transformers.utils import logging
 
+from .options import BY_SETTING
+
 logger = logging.get_logger(__name__)
 
 UNSET = object()
 """Marks a keyword the caller did not pass (`None` is a legal threshold, meaning one slot per step)."""
 
-DEFAULT_WINDOW_SIZE = 16
-DEFAULT_ENTROPY_THRESHOLD = 0.4
-DEFAULT_POS_PENALTY_FACTOR = 0.02
+DEFAULT_WINDOW_SIZE = BY_SETTING["window_size"].default
+DEFAULT_ENTROPY_THRESHOLD = BY_SETTING["entropy_threshold"].default
+DEFAULT_POS_PENALTY_FACTOR = BY_SETTING["pos_penalty_factor"].default
 DRAFT_SCHEDULES = ("adaptive", "full")
 """Lossless mode's drafts per forward: follow recent acceptance, or every slot of the window (see `lossless.py`)."""
 
@@ -52,25 +54,26 @@ class WeDLMSettings:
         draft_schedule=UNSET,
         static=UNSET,
     ) -> "WeDLMSettings":
-        def pick(value, name, default):
+        def pick(value, setting: str, default=UNSET):
             if value is not UNSET:
                 return value
-            return getattr(generation_config, name, default)
+            option = BY_SETTING[setting]
+            return getattr(generation_config, option.keyword, option.default if default is UNSET else default)
 
-        window_size = pick(window_size, "wedlm_window_size", DEFAULT_WINDOW_SIZE)
-        lossless = pick(lossless, "wedlm_lossless", False)
+        window_size = pick(window_size, "window_size")
+        lossless = pick(lossless, "lossless")
         if lossless is True and entropy_threshold is UNSET:
             # verification makes a wrong draft cost only its slot, so lossless mode drafts every mask unless the
             # caller asks otherwise (a checkpoint's threshold is tuned for committing, not for drafting)
             entropy_threshold = math.inf
-        entropy_threshold = pick(entropy_threshold, "wedlm_entropy_threshold", DEFAULT_ENTROPY_THRESHOLD)
-        pos_penalty_factor = pick(pos_penalty_factor, "wedlm_pos_penalty_factor", DEFAULT_POS_PENALTY_FACTOR)
-        mask_token_id = pick(mask_token_id, "mask_token_id", None)
-        blockwise = pick(blockwise, "wedlm_blockwise", False)
+        entropy_threshold = pick(entropy_threshold, "entropy_threshold")
+        pos_penalty_factor = pick(pos_penalty_factor, "pos_penalty_factor")
+        mask_token_id = pick(mask_token_id, "mask_token_id")
+        blockwise = pick(blockwise, "blockwise")
         schedule_passed = draft_schedule is not UNSET
-        draft_schedule = pick(draft_schedule, "wedlm_draft_schedule", "adaptive")
+        draft_schedule = pick(draft_schedule, "draft_schedule")
         # `cache_implementation="static"`, transformers' switch for compiled AR decoding, selects the same for WeDLM
-        static = pick(static, "wedlm_static", getattr(generation_config, "cache_implementation", None) == "static")
+        static = pick(static, "static", getattr(generation_config, "cache_implementation", None) == "static")
         if mask_token_id is None:
             mask_token_id = getattr(model_config, "mask_token_id", None)
 

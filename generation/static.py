@@ -22,13 +22,7 @@ import torch
 from transformers import GenerationConfig, PreTrainedConfig, PreTrainedModel
 from transformers.cache_utils import Cache, StaticLayer
 
-from .attention import WindowAttention
-from .decoding import WindowDecoder
-from .lossless import LosslessDecoder
-from .settings import WeDLMSettings
-
-MASK_IMPLEMENTATIONS = ("sdpa", "eager")
-"""Attention implementations that take a 4D mask: boolean (sdpa) or additive (eager)."""
+from .attention import additive_mask, window_forward
 
 
 class RowWriteLayer(StaticLayer):
@@ -46,9 +40,8 @@ class RowWriteLayer(StaticLayer):
 class WindowStaticCache(Cache):
     """Preallocated K/V for WeDLM windows: the same shapes at every step, whatever each row commits.
 
-    Keeps the interface the decoder's step sync uses on `WeDLMCache` (`valid_per_row`, `commit`, `select_rows`) and
-    builds each forward's 4D mask itself (`attention_mask`), but rows never leave: `rows` lists the ones still
-    decoding, and the masks and writes cover the whole batch.
+    Builds each forward's 4D mask and write columns itself (`begin_forward`); rows never leave: `rows` lists the
+    ones still decoding, and the masks and writes cover the whole batch.
     """
 
     def __init__(self, config: PreTrainedConfig, prompt_mask: torch.Tensor, max_cache_len: int, mask_dtype=None):
@@ -77,9 +70,10 @@ class WindowStaticCache(Cache):
         """Prompt plus the longest row's committed tokens (a tensor, like `StaticLayer`'s, so no host sync)."""
         return self.prompt_length + self.committed.max()
 
-    def attention_mask(self, window_live: torch.Tensor) -> torch.Tensor:
-        """The (batch, 1, fed, columns) mask of the next forward, whose windows' live slots are `window_live` for
-        the rows still decoding; sets where that forward writes. The first forward also feeds the prompt."""
+    def begin_forward(self, window_live: torch.Tensor) -> torch.Tensor:
+        """Prepare the next forward, whose windows' live slots are `window_live` for the rows still decoding: set
+        where it writes (`write_columns`) and return its (batch, 1, fed, columns) mask. The first forward also
+        feeds the prompt."""
         batch_size, fed = self.committed.shape[0], window_live.shape[1]
         live = torch.zeros(batch_size, fed, dtype=torch.bool, device=window_live.device)
         live = live.index_copy(0, self.rows, window_live.bool())
@@ -97,19 +91,11 @@ class WindowStaticCache(Cache):
         # every query sees at least itself, so padding and dead queries never meet an all-masked row (NaN)
         mask = ((keys <= queries[..., None]) & valid[:, None, :]) | (keys == queries[..., None])
         if self.mask_dtype is not None:
-            mask = torch.zeros(mask.shape, dtype=self.mask_dtype, device=mask.device).masked_fill(
-                ~mask, torch.finfo(self.mask_dtype).min
-            )
+            mask = additive_mask(mask, self.mask_dtype)
         return mask[:, None]
 
-    @property
-    def valid_per_row(self) -> torch.Tensor:
-        """Valid K/V columns of each row still decoding (prompt tokens and committed ones), as `WeDLMCache` has."""
-        return (self.prompt_tokens + self.committed)[self.rows]
-
-    def commit(self, num_committed: torch.Tensor, *sizes: int) -> None:
-        """After a forward, keep each live row's first `num_committed` window slots (the rest get overwritten).
-        The sizes `WeDLMCache.commit` crops with do not apply: nothing is cropped here."""
+    def commit(self, num_committed: torch.Tensor) -> None:
+        """After a forward, keep each live row's first `num_committed` window slots (the rest get overwritten)."""
         self.committed.index_add_(0, self.rows, num_committed)
         self.prefilled = True
 
@@ -118,45 +104,46 @@ class WindowStaticCache(Cache):
         self.rows = self.rows[rows]
 
 
-class StaticShapes:
-    """Mixed into a decoder: fixed-width feeds over the whole batch and a `WindowStaticCache`."""
+class StaticBackend:
+    """Fixed-width feeds over the whole batch into a `WindowStaticCache`, compiled when `compiles` says so."""
 
     def __init__(
         self,
         model: PreTrainedModel,
-        input_ids: torch.LongTensor,
         prompt_mask: torch.Tensor,
-        settings: WeDLMSettings,
         generation_config: GenerationConfig,
-        *args,
-        **kwargs,
+        width: int,
+        max_new_tokens: int,
+        mask_id: int,
     ):
-        implementation = model.config._attn_implementation
-        if implementation not in MASK_IMPLEMENTATIONS:
-            raise ValueError(
-                f"`wedlm_static=True` feeds a 4D attention mask, which attn_implementation={implementation!r} does "
-                f"not take; load the model with attn_implementation='sdpa' (or 'eager'), or use wedlm_static=False."
-            )
-        super().__init__(model, input_ids, prompt_mask, settings, generation_config, *args, **kwargs)
-        mask_dtype = model.dtype if implementation == "eager" else None
+        self.model = model
+        self.width = width
+        self.mask_id = mask_id
+        mask_dtype = model.dtype if model.config._attn_implementation == "eager" else None
         # as in transformers' static cache, `max_cache_len` sizes the cache for the longest call, so later calls
         # with other prompt lengths reuse the compiled step
-        needed = input_ids.shape[1] + self.max_new_tokens + self.width
+        needed = prompt_mask.shape[1] + max_new_tokens + width
         max_cache_len = max(needed, generation_config.max_cache_len or 0)
         self.cache = WindowStaticCache(model.config, prompt_mask, max_cache_len, mask_dtype)
         self.compiled_call = None
         if compiles(model, generation_config):
             self.compiled_call = model.get_compiled_call(generation_config.compile_config)
 
-    def _begin_step(self, *args, **kwargs):
-        """The step's sync as usual, but every forward feeds (and keeps the logits of) the full width."""
-        step = super()._begin_step(*args, **kwargs)
-        if step is None:
-            return None
-        _, _, row_tensors, checks = step
-        return self.width, self.width, row_tensors, checks
+    def shape(self, fed: int, mask_columns: int) -> tuple[int, int]:
+        """Every forward feeds (and keeps the logits of) the full width."""
+        return self.width, self.width
 
-    def _forward(
+    def sync_values(self, committed: torch.Tensor) -> list[torch.Tensor]:
+        """Nothing: committing crops nothing here."""
+        return []
+
+    def commit(self, committed: torch.Tensor, values: list[int]) -> None:
+        self.cache.commit(committed)
+
+    def select_rows(self, index: torch.Tensor) -> None:
+        self.cache.select_rows(index)
+
+    def forward(
         self, input_ids: torch.Tensor, position_ids: torch.Tensor, window_live: torch.Tensor, logits_to_keep: int
     ) -> torch.Tensor:
         """The forward over every row of the batch (finished rows feed dead mask slots at position 0) under the
@@ -164,17 +151,9 @@ class StaticShapes:
         rows, batch_size = self.cache.rows, self.cache.committed.shape[0]
         all_ids = input_ids.new_full((batch_size, input_ids.shape[1]), self.mask_id).index_copy(0, rows, input_ids)
         all_positions = position_ids.new_zeros(all_ids.shape).index_copy(0, rows, position_ids)
-        attention_mask = self.cache.attention_mask(window_live)
+        attention_mask = self.cache.begin_forward(window_live)
         forward = self.compiled_call if self.compiled_call is not None and self.cache.prefilled else self.model
-        with WindowAttention(self.model):
-            logits = forward(
-                input_ids=all_ids,
-                attention_mask=attention_mask,
-                position_ids=all_positions,
-                cache=self.cache,
-                use_cache=True,
-                logits_to_keep=logits_to_keep,
-            ).logits
+        logits = window_forward(forward, self.model, self.cache, all_ids, attention_mask, all_positions, logits_to_keep)
         return logits.index_select(0, rows)  # a copy: a CUDA graph's output is overwritten by its next replay
 
 
@@ -183,16 +162,3 @@ def compiles(model: PreTrainedModel, generation_config: GenerationConfig) -> boo
     if generation_config.disable_compile:
         return False
     return model.device.type == "cuda" or generation_config.compile_config is not None
-
-
-class StaticWindowDecoder(StaticShapes, WindowDecoder):
-    pass
-
-
-class StaticLosslessDecoder(StaticShapes, LosslessDecoder):
-    pass
-
-
-def static_decoder(decoder_class: type[WindowDecoder]) -> type[WindowDecoder]:
-    """The static-shape variant of `decoder_class`."""
-    return {WindowDecoder: StaticWindowDecoder, LosslessDecoder: StaticLosslessDecoder}[decoder_class]

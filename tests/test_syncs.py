@@ -9,7 +9,7 @@ from tiny_models import MASK_ID, random_prompts, tiny_model
 
 import wedlm_hf
 from wedlm_hf.bench.syncs import SyncCounter
-from wedlm_hf.generation.decoding import WindowDecoder
+from wedlm_hf.generation import loop
 
 SYNCS_PER_STEP = 2
 
@@ -53,14 +53,14 @@ def test_at_most_two_host_syncs_per_step(monkeypatch, family, options, lengths):
 
 def test_counter_sees_a_sync(monkeypatch):
     """The counter is live: a decoding loop that reads a value on the host each step is caught."""
-    original_forward = WindowDecoder._feed
+    original_feed = loop.feed
 
-    def syncing_feed(decoder, *args, **kwargs):
+    def syncing_feed(state, *args, **kwargs):
         for _ in range(3):
-            decoder.window_length.max().item()
-            bool(decoder.window_length.any())
-        return original_forward(decoder, *args, **kwargs)
+            state.length.max().item()
+            bool(state.length.any())
+        return original_feed(state, *args, **kwargs)
 
-    monkeypatch.setattr(WindowDecoder, "_feed", syncing_feed)
+    monkeypatch.setattr(loop, "feed", syncing_feed)
     per_step, where = syncs_per_step(monkeypatch, "wedlm", [6])
     assert per_step >= 6 and "item" in where and "__bool__" in where

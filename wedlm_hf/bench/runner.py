@@ -19,6 +19,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ..generation.settings import DEFAULT_WINDOW_SIZE
+from ..generation.validation import position_limit_error
 from .arms import BASELINE, COMPILED_FAMILIES, FAMILIES, Arm, Decoded, build_arms
 
 SCALING_LENGTHS = (64, 128, 256, 512, 1024)
@@ -306,12 +307,12 @@ def _compile_options(
 
 def _fitting_lengths(model: PreTrainedModel, prompt_length: int, lengths: Sequence[int]) -> tuple[int, ...]:
     """The lengths that fit the model's positions after the prompt (decoding refuses the others); warns on drops."""
-    limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
-    fitting = tuple(n for n in lengths if limit is None or prompt_length + n <= limit)
+    fitting = tuple(n for n in lengths if position_limit_error(model, prompt_length, n) is None)
     if len(fitting) < len(lengths):
+        longest = max(set(lengths) - set(fitting))
         warnings.warn(
-            f"time vs length: skipping lengths {sorted(set(lengths) - set(fitting))}: a {prompt_length}-token prompt "
-            f"plus that many tokens exceeds max_position_embeddings={limit}",
+            f"time vs length: skipping lengths {sorted(set(lengths) - set(fitting))}: "
+            f"{position_limit_error(model, prompt_length, longest)}",
             stacklevel=2,
         )
     return fitting

@@ -3,15 +3,15 @@ scripts/step_cost.py.
 
 A CPU has no device queue to stall, so a sync is counted by patching every `Tensor` method that must read a
 device value on the host (`item`, `tolist`, `cpu`, `nonzero`, `bool()`/`int()`/`float()`/`index()`, boolean-mask
-indexing), while `WindowDecoder.run` (the decoding loop, model forwards included) is on the stack.
+indexing), while the decoding loop (`generation.loop.run` as `wedlm_decode` calls it, model forwards included)
+is on the stack.
 """
 
 import contextlib
 
 import torch
 
-from ..generation import lossless  # noqa: F401  (its decoder subclasses WindowDecoder: patched too)
-from ..generation.decoding import WindowDecoder
+from ..generation import decoding
 
 _SYNCING_METHODS = ("item", "tolist", "cpu", "nonzero", "__bool__", "__int__", "__float__", "__index__")
 
@@ -54,18 +54,16 @@ class SyncCounter:
 
         monkeypatch.setattr(torch.Tensor, "__getitem__", getitem)
         monkeypatch.setattr(torch.Tensor, "__setitem__", setitem)
-        for cls in (WindowDecoder, *WindowDecoder.__subclasses__()):
-            if "run" in vars(cls):
-                monkeypatch.setattr(cls, "run", self._counted_run(vars(cls)["run"]))
+        monkeypatch.setattr(decoding, "run", self._counted_run(decoding.run))
         yield self
 
     def _counted_run(self, run):
         counter = self
 
-        def counted_run(decoder):
+        def counted_run(*args, **kwargs):
             was_active, counter.active = counter.active, True
             try:
-                return run(decoder)
+                return run(*args, **kwargs)
             finally:
                 counter.active = was_active
 

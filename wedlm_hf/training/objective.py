@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from transformers import Trainer
 
+from ..generation.attention import additive_mask
+
 IGNORE_INDEX = -100
 
 
@@ -38,8 +40,7 @@ def dual_stream_visibility(length: int, block_size: int) -> torch.Tensor:
 def dual_stream_attention_mask(length: int, block_size: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Additive (1, 1, 2L, 2L) mask (0 where visible, dtype's minimum elsewhere): works for eager and SDPA."""
     visible = dual_stream_visibility(length, block_size)
-    mask = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)
-    return mask[None, None]
+    return additive_mask(visible, dtype)[None, None]
 
 
 @dataclass

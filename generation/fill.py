@@ -1,0 +1,80 @@
+"""Filling mask slots from a forward's logits: which slots (low entropy first, `selection.py`) and with which
+tokens (argmax, or through the logits processors and sampling)."""
+
+from dataclasses import dataclass
+
+import torch
+from transformers import LogitsProcessorList
+
+from .record import OutputRecord
+from .selection import choose_slots, slot_entropy
+from .settings import WeDLMSettings
+from .window import WindowLayout, WindowState
+
+
+def gather_columns(logits: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+    """(rows, slots, vocab): each slot's logits row, `columns` (rows, slots) indexing `logits`' columns."""
+    return logits.gather(1, columns[..., None].expand(-1, -1, logits.shape[-1]))
+
+
+@dataclass
+class SlotFiller:
+    layout: WindowLayout
+    settings: WeDLMSettings
+    record: OutputRecord
+    """Gives the step number (fill traces) and the committed context logits processors see."""
+    logits_processor: LogitsProcessorList
+    do_sample: bool
+
+    def fill(
+        self, state: WindowState, logits: torch.Tensor, slot_physical: torch.Tensor, fillable: torch.Tensor
+    ) -> None:
+        """Fill the confident slots among the live, `fillable` ones of the first `window_size` slots.
+
+        Entropy and the greedy argmax run once per logits column, dense; the slots then gather them. The
+        forward's logits are this step's own: the mask column is cleared in place (the mask id is never a
+        prediction, it would fill nothing) once the entropy, which includes it, is taken."""
+        if logits.shape[1] == 0:  # every fed slot was filled: nothing to predict
+            return
+        window_size, scores = self.layout.window_size, state.scores
+        candidates = fillable & (self.layout.slots[:, :window_size] < state.length[:, None])
+        columns = slot_physical.clamp(0, logits.shape[1] - 1)
+        if window_size == 1:  # one candidate at most: `choose_slots` would pick it whatever its entropy
+            chosen = candidates
+        else:
+            entropy = slot_entropy(logits).gather(1, columns)
+            settings = self.settings
+            chosen = choose_slots(entropy, candidates, settings.entropy_threshold, settings.pos_penalty_factor)
+        slot_logits = gather_columns(logits, columns) if scores.keeps_logits else None
+        logits[..., self.layout.mask_id] = float("-inf")
+        if self.logits_processor or self.do_sample:
+            tokens, slot_scores = self._choose_processed(state, logits, columns, chosen)
+        else:
+            tokens = logits.argmax(-1).gather(1, columns)
+            slot_scores = gather_columns(logits, columns) if scores.keeps_scores else None
+        window = state.window[:, :window_size]  # a view: the fills land in `state.window`
+        window.copy_(torch.where(chosen, tokens, window))
+        state.fill_step[:, :window_size].masked_fill_(chosen, self.record.steps)
+        scores.fill(chosen, scores=slot_scores, logits=slot_logits)
+
+    def _choose_processed(
+        self, state: WindowState, logits: torch.Tensor, columns: torch.Tensor, chosen: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Tokens (and scores) of the chosen slots through the logits processors/warpers, with each slot's row's
+        committed tokens as context, then argmax or a sample. Processors read that context on the host, so this
+        path indexes the chosen slots only: vocabulary-wide processor work scales with the slots filled."""
+        rows, slots = chosen.nonzero(as_tuple=True)
+        scores = logits[rows, columns[rows, slots]]
+        if self.logits_processor:
+            scores = self.logits_processor(self.record.committed_context(state)[rows], scores.float())
+        if self.do_sample:
+            picked = torch.multinomial(torch.softmax(scores.float(), dim=-1), 1).squeeze(1)
+        else:
+            picked = scores.argmax(-1)
+        tokens = torch.full_like(columns, self.layout.mask_id)
+        tokens[rows, slots] = picked
+        slot_scores = None
+        if state.scores.keeps_scores:
+            slot_scores = torch.zeros(*columns.shape, logits.shape[-1], dtype=scores.dtype, device=scores.device)
+            slot_scores[rows, slots] = scores
+        return tokens, slot_scores

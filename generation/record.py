@@ -1,0 +1,156 @@
+"""What one `generate` call has produced so far: the output ids, per-token traces and scores, per-row totals, the
+streamer and the step counter, with the commit rule (EOS, stopping criteria, max_new_tokens) that writes to them.
+
+Everything here is indexed by *input* row (`WindowState.rows` maps running rows to it), so rows leaving or joining
+the running batch never move what is already recorded.
+"""
+
+import torch
+from transformers import StoppingCriteriaList
+from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
+from transformers.generation.streamers import BaseStreamer
+
+from .outputs import WeDLMGenerateOutput, WeDLMStats
+from .window import WindowLayout, WindowState
+
+BASE_TOTALS = ("forwards", "generated", "processed")
+"""Totals every decode reports (`WindowState.counters()` and the step count); a policy may add its own."""
+
+
+class OutputRecord:
+    def __init__(
+        self,
+        input_ids: torch.LongTensor,
+        layout: WindowLayout,
+        pad_id: int,
+        eos_ids: torch.Tensor | None,
+        stopping_criteria: StoppingCriteriaList,
+        streamer: BaseStreamer | None,
+        score_kinds: tuple[str, ...],
+        vocab_size: int,
+        policy_counters: tuple[str, ...] = (),
+    ):
+        batch_size, self.prompt_length = input_ids.shape
+        device = input_ids.device
+        self.layout = layout
+        self.pad_id = pad_id
+        self.eos_ids = eos_ids
+        self.user_criteria = [c for c in stopping_criteria if not isinstance(c, (MaxLengthCriteria, EosTokenCriteria))]
+        self.streamer = streamer
+        outputs = layout.max_new_tokens + 1
+        self.discard = layout.max_new_tokens
+        """One column past the output: dense writes aim every slot they do not commit there."""
+        self.sequences = torch.full((batch_size, self.prompt_length + outputs), pad_id, dtype=torch.long, device=device)
+        self.sequences[:, : self.prompt_length] = input_ids
+        self.new_tokens = self.sequences[:, self.prompt_length :]
+        """A view of the generated columns: commits write through it."""
+        self.fill_step = torch.zeros((batch_size, outputs), dtype=torch.long, device=device)
+        self.commit_step = torch.zeros((batch_size, outputs), dtype=torch.long, device=device)
+        self.token_scores = {kind: torch.zeros(batch_size, outputs, vocab_size, device=device) for kind in score_kinds}
+        self.totals = {
+            name: torch.zeros(batch_size, dtype=torch.long, device=device)
+            for name in (*BASE_TOTALS, *policy_counters)
+        }
+        """Per input row: each counter's value when the row left (`forwards`: the step count then)."""
+        self.steps = 0
+        """Model calls so far (the live step number; the forward being prepared is `steps + 1`)."""
+
+    def commit(self, state: WindowState, num_leading: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """Write up to `num_leading` window slots from `start` to the output, cut after the first EOS or stopping
+        criterion; return which rows this commit ends (EOS, criterion or max_new_tokens). Ended rows commit nothing."""
+        num_leading = num_leading.masked_fill(state.done, 0)
+        finished = state.generated + num_leading >= self.layout.max_new_tokens
+        commit_length = num_leading
+        offset = self.layout.slots - start if start else self.layout.slots  # index within the commit
+        if self.eos_ids is not None:
+            in_commit = offset < num_leading[:, None]
+            if start:
+                in_commit &= offset >= 0
+            is_eos = torch.isin(state.window, self.eos_ids) & in_commit
+            has_eos = is_eos.any(1)
+            commit_length = torch.where(has_eos, is_eos.int().argmax(1) + (1 - start), commit_length)
+            finished |= has_eos
+        if self.user_criteria:
+            commit_length, stopped = self._apply_user_criteria(state, commit_length, start)
+            finished |= stopped
+        self._write(state, commit_length, start, offset)
+        return finished
+
+    def _write(self, state: WindowState, commit_length: torch.Tensor, start: int, offset: torch.Tensor) -> None:
+        """Copy each row's `commit_length` slots from `start` (`offset`: each slot's index within the commit) to
+        the output, with their traces and scores."""
+        skip = offset >= commit_length[:, None]
+        if start:
+            skip |= offset < 0
+        position = (state.generated[:, None] + offset).masked_fill(skip, self.discard)  # index among generated tokens
+        rows = state.rows[:, None]
+        self.new_tokens[rows, position] = state.window
+        self.fill_step[rows, position] = state.fill_step
+        self.commit_step[rows, position] = self.steps + 1
+        for kind, store in self.token_scores.items():
+            store[rows, position] = state.scores.kinds[kind]
+        if self.streamer is not None:  # one put per token, as AR decoding does (consumers count puts)
+            count, *tokens = torch.cat([commit_length[:1], state.window[0, start:]]).tolist()
+            for token in tokens[:count]:
+                self.streamer.put(torch.tensor([token]))
+        state.generated = state.generated + commit_length
+
+    def _apply_user_criteria(
+        self, state: WindowState, commit_length: torch.Tensor, start: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cut each row's commit at the first token after which a user stopping criterion fires, as AR would.
+
+        A criterion may return a plain bool, as older ones (lm-evaluation-harness's stop sequences) do; transformers'
+        `StoppingCriteriaList` accepts that too."""
+        stopped = torch.zeros_like(commit_length, dtype=torch.bool)
+        cut = commit_length.clone()
+        for i, row in enumerate(state.rows.tolist()):
+            committed = self.sequences[row, : self.prompt_length + int(state.generated[i])]
+            for t in range(int(commit_length[i])):
+                prefix = torch.cat([committed, state.window[i, start : start + t + 1]])[None]
+                if any(bool(torch.as_tensor(criterion(prefix, None)).any()) for criterion in self.user_criteria):
+                    cut[i], stopped[i] = t + 1, True
+                    break
+        return cut, stopped
+
+    def committed_context(self, state: WindowState) -> torch.LongTensor:
+        """Left-padded (rows, prompt + committed) ids: every row's context ends at its last committed token."""
+        total = self.prompt_length + int(state.generated.max())
+        ends = self.prompt_length + state.generated
+        columns = torch.arange(total, device=state.window.device)[None, :] + (ends[:, None] - total)
+        context = self.sequences[state.rows[:, None], columns.clamp(min=0)]
+        return context.masked_fill(columns < 0, self.pad_id)
+
+    def store_totals(self, state: WindowState, counters: dict[str, torch.Tensor]) -> None:
+        """Copy the running rows' counters into the per-input-row totals (before rows leave)."""
+        self.totals["forwards"][state.rows] = self.steps  # every row runs from the first forward
+        for name, value in counters.items():
+            self.totals[name][state.rows] = value
+
+    def output(self, return_dict: bool) -> WeDLMGenerateOutput | torch.LongTensor:
+        """The `generate` result: the sequences cut to the longest row, or with scores, logits and statistics."""
+        generated = self.totals["generated"].tolist()
+        longest = max(generated, default=0)
+        sequences = self.sequences[:, : self.prompt_length + longest]
+        if not return_dict:
+            return sequences
+        per_token = {kind: tuple(store[:, t] for t in range(longest)) for kind, store in self.token_scores.items()}
+        return WeDLMGenerateOutput(
+            sequences=sequences, scores=per_token.get("scores"), logits=per_token.get("logits"),
+            wedlm_stats=self._stats(generated),
+        )
+
+    def _stats(self, generated: list[int]) -> WeDLMStats:
+        """Counters per row, with each row's per-token trace: the forward that filled each token and the one that
+        committed it."""
+        totals = {name: total.tolist() for name, total in self.totals.items()}
+        extra = {name: value for name, value in totals.items() if name not in BASE_TOTALS}
+        return WeDLMStats(
+            forwards=totals["forwards"],
+            generated=generated,
+            processed=totals["processed"],
+            model_calls=self.steps,
+            fill_steps=[self.fill_step[row, :count].tolist() for row, count in enumerate(generated)],
+            commit_steps=[self.commit_step[row, :count].tolist() for row, count in enumerate(generated)],
+            **extra,
+        )

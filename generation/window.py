@@ -1,0 +1,180 @@
+"""The running rows' windows: per-row tensors in one dataclass, and the pure window operations of a step.
+
+A window is `width = 2 * window_size` slots per row (a window plus the mask slots appended before a commit); a
+slot holds a token or the mask id. Every per-row tensor has the running rows as its first dimension, so rows that
+leave are one `select(index)`, and rows that join (a later issue: continuous batching) are one concatenation of
+two states over the same fields.
+"""
+
+from dataclasses import dataclass, fields
+
+import torch
+
+
+@dataclass(frozen=True)
+class WindowLayout:
+    """What every row's window shares: sizes, the mask id, the slot indices and the feed-order keys.
+
+    Invariant of every running row between steps: slots at or past its window `length` hold the mask id, so a
+    slot is filled exactly when it is not the mask id (no separate liveness test)."""
+
+    mask_id: int
+    window_size: int
+    max_new_tokens: int
+    slots: torch.Tensor
+    """(1, width) slot indices: broadcasts against (rows, slots)."""
+    mask_keys: torch.Tensor
+    dead_keys: torch.Tensor
+    """Sort keys that put live mask slots after the filled ones, and dead slots after both (`feed_order`)."""
+
+    @classmethod
+    def create(cls, mask_id: int, window_size: int, max_new_tokens: int, device: torch.device) -> "WindowLayout":
+        width = 2 * window_size  # a window plus the slots appended before a commit
+        slots = torch.arange(width, device=device)[None]
+        return cls(mask_id, window_size, max_new_tokens, slots, slots + width, slots + 2 * width)
+
+    @property
+    def width(self) -> int:
+        return self.slots.shape[1]
+
+
+class WindowScores:
+    """Per-slot scores and/or logits of the window, kept only for `output_scores` / `output_logits`.
+
+    `kinds` maps "scores" / "logits" to (rows, width, vocab) buffers; with neither requested it is empty and every
+    method does nothing, so the step pays nothing for outputs nobody asked for."""
+
+    def __init__(self, kinds: dict[str, torch.Tensor]):
+        self.kinds = kinds
+
+    @property
+    def keeps_scores(self) -> bool:
+        return "scores" in self.kinds
+
+    @property
+    def keeps_logits(self) -> bool:
+        return "logits" in self.kinds
+
+    def select(self, index: torch.Tensor) -> "WindowScores":
+        return WindowScores({name: kept[index] for name, kept in self.kinds.items()})
+
+    def shift(self, source: torch.Tensor) -> None:
+        """Slot i takes slot `source[:, i]`'s values (the window moved forward)."""
+        for name, kept in self.kinds.items():
+            self.kinds[name] = kept.gather(1, source[..., None].expand(-1, -1, kept.shape[-1]))
+
+    def fill(self, chosen: torch.Tensor, **values: torch.Tensor | None) -> None:
+        """The chosen slots of the first `chosen.shape[1]` take `values[kind]` (rows, slots, vocab)."""
+        size = chosen.shape[1]
+        for name, kept in self.kinds.items():
+            kept[:, :size] = torch.where(chosen[..., None], values[name].to(kept.dtype), kept[:, :size])
+
+    def place(self, slots: slice, values: torch.Tensor) -> None:
+        """Slots `slots` get `values` as both their scores and their logits (lossless mode's AR logits)."""
+        for kept in self.kinds.values():
+            kept[:, slots] = values.to(kept.dtype)
+
+
+@dataclass
+class WindowState:
+    """Per-row decoding state of the running rows (first dimension: the rows still decoding)."""
+
+    rows: torch.Tensor
+    """The input row (batch index of the output) of each running row."""
+    window: torch.Tensor
+    """(rows, width) token of each slot, the mask id where empty."""
+    length: torch.Tensor
+    """Live slots of each row's window."""
+    generated: torch.Tensor
+    """Tokens committed to the output."""
+    processed: torch.Tensor
+    """Window slots fed so far (the denominator of p_cache)."""
+    first_position: torch.Tensor
+    """Logical position of generated token 0 (the row's prompt length without padding)."""
+    fill_step: torch.Tensor
+    """(rows, width) the forward whose logits filled each slot."""
+    done: torch.Tensor
+    """Rows whose commit ended them (EOS, a stopping criterion, max_new_tokens); they leave at the next sync."""
+    scores: WindowScores
+    prompt: torch.Tensor | None
+    """The prompt ids, fed together with the first window; None after it."""
+    prompt_positions: torch.Tensor | None
+
+    def counters(self) -> dict[str, torch.Tensor]:
+        """The per-row counters every policy reports (`WeDLMStats.generated` / `processed`)."""
+        return {"generated": self.generated, "processed": self.processed}
+
+    def select(self, index: torch.Tensor) -> None:
+        """Keep only the running rows `index` (the others finished)."""
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if value is not None:
+                setattr(self, field.name, value.select(index) if isinstance(value, WindowScores) else value[index])
+
+
+@dataclass
+class StepPlan:
+    """What a policy decided before a forward, per running row: the window length to feed, the window's start
+    among the generated tokens, which slots are filled and how many lead (plain: committed; lossless: the certain
+    token and its drafts). `checks` are 0-dim tensors the step sync reads with everything else."""
+
+    length: torch.Tensor
+    start: torch.Tensor
+    filled: torch.Tensor
+    """(rows, width) slots holding a token (the window does not change between the plan and the forward)."""
+    leading: torch.Tensor
+    all_columns: bool = False
+    """Whether the policy needs the logits of every fed column, not only of the mask columns."""
+    checks: tuple[torch.Tensor, ...] = ()
+
+    def select(self, index: torch.Tensor) -> None:
+        self.length, self.start = self.length[index], self.start[index]
+        self.filled, self.leading = self.filled[index], self.leading[index]
+
+
+@dataclass
+class Forward:
+    """One window forward's result, as the loop hands it to the policy."""
+
+    logits: torch.Tensor
+    """(rows, kept, vocab) the logits of the last `kept` fed columns."""
+    physical: torch.Tensor
+    """(rows, width) each slot's column in `logits` (negative: no logits kept for it)."""
+    prompt_logits: torch.Tensor | None
+    """With the first window: the AR logits of each row's last prompt token (the first new token's)."""
+    fed: int
+    mask_columns: int
+    """How many of the last fed columns hold mask slots in every row."""
+
+
+def leading_filled(
+    state: WindowState, layout: WindowLayout, blockwise: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Which slots are filled, and how many at the front of each row's window (the layout's invariant keeps them
+    inside it); `blockwise` (the paper's baseline) counts a window only once it is completely filled."""
+    filled = state.window != layout.mask_id
+    leading = filled.int().cumprod(1).sum(1)
+    if blockwise:
+        leading = leading.masked_fill(leading != state.length, 0)
+    return filled, leading
+
+
+def feed_order(filled: torch.Tensor, layout: WindowLayout, length: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, width) the slot fed at each physical column: filled slots first, then the window's mask slots, then
+    dead slots (past `length`), each group in slot order; and which slots are live."""
+    live = layout.slots < length[:, None]
+    order_key = torch.where(filled, layout.slots, torch.where(live, layout.mask_keys, layout.dead_keys))
+    return order_key.argsort(dim=1), live
+
+
+def shift(
+    state: WindowState, layout: WindowLayout, by: torch.Tensor, length: torch.Tensor, physical: torch.Tensor
+) -> torch.Tensor:
+    """Drop each row's first `by` slots of a window of `length`; return, for each remaining slot of the first
+    `window_size`, where the last forward's logits of it are (`physical`: the same per slot before the shift)."""
+    source = (layout.slots + by[:, None]).clamp(max=layout.width - 1)
+    state.length = length - by
+    state.window = state.window.gather(1, source).masked_fill(layout.slots >= state.length[:, None], layout.mask_id)
+    state.fill_step = state.fill_step.gather(1, source)
+    state.scores.shift(source)
+    return physical.gather(1, source[:, : layout.window_size])
