@@ -21,6 +21,7 @@ from .lossless import LosslessPolicy
 from .loop import run
 from .outputs import WeDLMGenerateOutput
 from .plain import PlainPolicy
+from .processors import split_suppressed
 from .record import OutputRecord
 from .settings import UNSET, WeDLMSettings
 from .static import StaticBackend
@@ -63,10 +64,13 @@ def wedlm_decode(
         mask_token_id=mask_token_id, blockwise=wedlm_blockwise, lossless=wedlm_lossless,
         draft_schedule=wedlm_draft_schedule, static=wedlm_static,
     )
+    logits_processor, suppressed = split_suppressed(logits_processor)
     check_settings(settings, model, generation_config, logits_processor)
     max_new_tokens = generation_config.max_length - input_ids.shape[1]
     mask, prompt_lengths = checked_prompt(model, input_ids, model_kwargs, max_new_tokens)
-    layout = WindowLayout.create(settings.mask_token_id, settings.window_size, max_new_tokens, input_ids.device)
+    layout = WindowLayout.create(
+        settings.mask_token_id, settings.window_size, max_new_tokens, input_ids.device, suppressed
+    )
     kinds = tuple(kind for kind in ("scores", "logits") if getattr(generation_config, f"output_{kind}"))
     policy_class = LosslessPolicy if settings.lossless else PlainPolicy
     record = _output_record(

@@ -118,6 +118,8 @@ def feed(
         state.prompt = state.prompt_positions = None
     # with the prompt, one more column: the last prompt token's logits, the AR prediction of the first new token
     logits = backend.forward(input_ids, position_ids, fed_live, logits_to_keep=keep + int(with_prompt))
+    if layout.suppressed is not None:
+        logits = logits.index_fill(-1, layout.suppressed, float("-inf"))
     record.steps += 1
     state.processed = state.processed + plan.length
     return Forward(

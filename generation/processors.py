@@ -17,6 +17,7 @@ Classes defined outside transformers are the caller's own: they are applied with
 documented in docs/ecosystem.md.
 """
 
+import torch
 from transformers import LogitsProcessorList
 from transformers.generation import logits_process as lp
 
@@ -83,3 +84,19 @@ def check_processors(logits_processor: LogitsProcessorList) -> None:
                 continue  # a user processor: applied with the committed tokens as context
             reason, fix = "is specific to another decoding scheme or model", "remove it"
         raise ValueError(f"WeDLM decoding cannot honour {name}: it {reason}. Either {fix}, or use `decoding='ar'`.")
+
+
+def split_suppressed(logits_processor: LogitsProcessorList) -> tuple[LogitsProcessorList, torch.Tensor | None]:
+    """The list without its `SuppressTokensLogitsProcessor`s, and the ids they suppress (None if none).
+
+    Suppressing a token depends on nothing but the token, so the loop applies it to every forward's logits, every
+    slot alike. That keeps lossless mode exact under `suppress_tokens` (greedy `generate()` suppresses the same
+    ids before its argmax), which a fine-tuned model's generation config uses to keep the mask token out.
+    """
+    kept, suppressed = LogitsProcessorList(), []
+    for processor in logits_processor or ():
+        if type(processor) is lp.SuppressTokensLogitsProcessor:
+            suppressed += processor.suppress_tokens.tolist()
+        else:
+            kept.append(processor)
+    return kept, torch.tensor(sorted(set(suppressed)), dtype=torch.long) if suppressed else None

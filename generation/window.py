@@ -26,12 +26,22 @@ class WindowLayout:
     mask_keys: torch.Tensor
     dead_keys: torch.Tensor
     """Sort keys that put live mask slots after the filled ones, and dead slots after both (`feed_order`)."""
+    suppressed: torch.Tensor | None = None
+    """Token ids whose logits every forward sets to -inf (`suppress_tokens`), or None."""
 
     @classmethod
-    def create(cls, mask_id: int, window_size: int, max_new_tokens: int, device: torch.device) -> "WindowLayout":
+    def create(
+        cls,
+        mask_id: int,
+        window_size: int,
+        max_new_tokens: int,
+        device: torch.device,
+        suppressed: torch.Tensor | None = None,
+    ) -> "WindowLayout":
         width = 2 * window_size  # a window plus the slots appended before a commit
         slots = torch.arange(width, device=device)[None]
-        return cls(mask_id, window_size, max_new_tokens, slots, slots + width, slots + 2 * width)
+        suppressed = None if suppressed is None else suppressed.to(device)
+        return cls(mask_id, window_size, max_new_tokens, slots, slots + width, slots + 2 * width, suppressed)
 
     @property
     def width(self) -> int:

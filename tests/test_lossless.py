@@ -108,3 +108,24 @@ def test_draft_schedule_is_validated():
         _lossless(model, input_ids, attention_mask, "sometimes")
     with pytest.raises(ValueError, match="wedlm_lossless=True"):
         model.generate(input_ids=input_ids, attention_mask=attention_mask, decoding="wedlm", wedlm_draft_schedule="full")
+
+
+@pytest.mark.parametrize("lossless", [True, False])
+def test_suppressed_tokens_never_appear_and_lossless_stays_greedy(lossless):
+    """`suppress_tokens` (a fine-tuned model's config uses it for its mask token) is applied to every forward's
+    logits: lossless still equals greedy `generate()` with the same suppression, and no mode emits those ids."""
+    model = wedlm_hf.enable(tiny_model("llama", seed=3, peak=40))
+    input_ids, attention_mask = random_prompts([6, 9], seed=3)
+    plain = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=24, do_sample=False)
+    suppressed = plain[:, input_ids.shape[1] :].flatten().unique()[:3].tolist()  # tokens greedy would emit
+    greedy = model.generate(
+        input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=24, do_sample=False, suppress_tokens=suppressed
+    )
+    assert not torch.equal(greedy, plain)
+    output = model.generate(
+        input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=24, decoding="wedlm",
+        wedlm_lossless=lossless, mask_token_id=MASK_ID, suppress_tokens=suppressed,
+    )
+    assert not torch.isin(output[:, input_ids.shape[1] :], torch.tensor(suppressed)).any()
+    if lossless:
+        assert torch.equal(output, greedy)

@@ -19,7 +19,7 @@ from lm_eval.models.huggingface import HFLM
 from transformers import PreTrainedModel
 
 from ..generation import enable
-from ..loading import resolve, split_gguf, tokenizer_source
+from ..loading import load_model_and_tokenizer
 
 
 @register_model("wedlm-hf")
@@ -27,14 +27,11 @@ class WeDLMHarnessModel(HFLM):
     """`HFLM` whose model decodes with WeDLM when the generation keywords ask for it (`decoding=wedlm`)."""
 
     def __init__(self, pretrained: "str | PreTrainedModel | None" = None, **kwargs) -> None:
-        if not isinstance(pretrained, PreTrainedModel):
-            folder, gguf = split_gguf(resolve(pretrained))
-            if gguf is not None:
-                kwargs.setdefault("gguf_file", gguf)
-            if tokenizer_source(folder) != folder:  # an adapter folder saved without its tokenizer
-                kwargs.setdefault("tokenizer", tokenizer_source(folder))
-            pretrained = folder
-            kwargs.setdefault("device", "cuda" if torch.cuda.is_available() else "cpu")
+        if not isinstance(pretrained, PreTrainedModel):  # any name `wedlm_hf.loading` takes (GGUF, adapter, named)
+            device = kwargs.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
+            pretrained, tokenizer = load_model_and_tokenizer(pretrained, dtype=kwargs.pop("dtype", "auto"))
+            pretrained = pretrained.to(device)
+            kwargs.setdefault("tokenizer", tokenizer)
         super().__init__(pretrained=pretrained, **kwargs)
         enable(self._model)
 
