@@ -68,9 +68,7 @@ def wedlm_decode(
     check_settings(settings, model, generation_config, logits_processor)
     max_new_tokens = generation_config.max_length - input_ids.shape[1]
     mask, prompt_lengths = checked_prompt(model, input_ids, model_kwargs, max_new_tokens)
-    layout = WindowLayout.create(
-        settings.mask_token_id, settings.window_size, max_new_tokens, input_ids.device, suppressed
-    )
+    layout = WindowLayout.create(settings.mask_token_id, settings.window_size, max_new_tokens, input_ids.device, suppressed)
     kinds = tuple(kind for kind in ("scores", "logits") if getattr(generation_config, f"output_{kind}"))
     policy_class = LosslessPolicy if settings.lossless else PlainPolicy
     record = _output_record(
