@@ -18,7 +18,7 @@ from transformers.generation.streamers import BaseStreamer
 from .dynamic import DynamicBackend
 from .fill import SlotFiller
 from .lossless import LosslessPolicy
-from .loop import run
+from .loop import DecodeLoop
 from .outputs import WeDLMGenerateOutput
 from .plain import PlainPolicy
 from .record import OutputRecord
@@ -77,39 +77,82 @@ def wedlm_decode(
     if problem is not None:
         raise ValueError(f"The longest prompt's {problem}")
 
-    device = input_ids.device
-    layout = WindowLayout(
+    layout = window_layout(settings, max_new_tokens, input_ids.device)
+    eos_ids, pad_id = special_token_ids(generation_config, input_ids.device)
+    kinds = tuple(kind for kind in ("scores", "logits") if getattr(generation_config, f"output_{kind}"))
+    budgets = torch.full((input_ids.shape[0],), max_new_tokens, dtype=torch.long, device=input_ids.device)
+    loop = start_decoding(
+        model, input_ids, mask, min(prompt_lengths) < input_ids.shape[1], budgets, layout, settings,
+        generation_config, logits_processor,
+        OutputRecord(
+            input_ids, layout, pad_id, eos_ids, stopping_criteria, streamer, kinds, vocab_size,
+            policy_counters(settings),
+        ),
+    )
+    if max_new_tokens > 0:
+        while loop.settle():
+            loop.advance()
+    if streamer is not None:
+        streamer.end()
+    return loop.record.output(generation_config.return_dict_in_generate)
+
+
+def window_layout(settings: WeDLMSettings, max_new_tokens: int, device: torch.device) -> WindowLayout:
+    return WindowLayout(
         settings.mask_token_id, settings.window_size, max_new_tokens,
         torch.arange(2 * settings.window_size, device=device)[None],
     )
+
+
+def special_token_ids(generation_config: GenerationConfig, device: torch.device) -> tuple[torch.Tensor | None, int]:
+    """The EOS ids (on `device`) and the pad id (else the first EOS id, else 0) of a request."""
     eos_ids = generation_config._eos_token_tensor
     eos_ids = eos_ids.to(device) if eos_ids is not None else None
     pad_id = generation_config._pad_token_tensor
     pad_id = int(pad_id) if pad_id is not None else (int(eos_ids.flatten()[0]) if eos_ids is not None else 0)
-    kinds = tuple(kind for kind in ("scores", "logits") if getattr(generation_config, f"output_{kind}"))
-    policy_class = LosslessPolicy if settings.lossless else PlainPolicy
-    record = OutputRecord(
-        input_ids, layout, pad_id, eos_ids, stopping_criteria, streamer, kinds, vocab_size, policy_class.counter_names
-    )
-    state = _first_window(input_ids, mask, layout, kinds, vocab_size)
+    return eos_ids, pad_id
+
+
+def policy_counters(settings: WeDLMSettings) -> tuple[str, ...]:
+    """The per-row counters the settings' step policy reports (the output record keeps a total of each)."""
+    return (LosslessPolicy if settings.lossless else PlainPolicy).counter_names
+
+
+def start_decoding(
+    model: PreTrainedModel,
+    input_ids: torch.LongTensor,
+    mask: torch.Tensor,
+    prompt_padded: bool,
+    max_new_tokens: torch.Tensor,
+    layout: WindowLayout,
+    settings: WeDLMSettings,
+    generation_config: GenerationConfig,
+    logits_processor: LogitsProcessorList,
+    record: OutputRecord,
+) -> DecodeLoop:
+    """The loop over (left-padded) `input_ids`, before its first step: first windows, step policy and forward
+    backend picked by `settings`, writing to `record`; `max_new_tokens` per row (at most the layout's)."""
+    vocab_size = model.config.get_text_config().vocab_size
+    state = _first_window(input_ids, mask, layout, tuple(record.token_scores), vocab_size, max_new_tokens)
     filler = SlotFiller(layout, settings, record, logits_processor, bool(generation_config.do_sample))
     if settings.lossless:
         policy = LosslessPolicy(layout, record, filler, state, adaptive=settings.draft_schedule == "adaptive")
     else:
         policy = PlainPolicy(layout, record, filler, blockwise=settings.blockwise)
     if settings.static:
-        backend = StaticBackend(model, mask, generation_config, layout.width, max_new_tokens, layout.mask_id)
+        backend = StaticBackend(model, mask, generation_config, layout.width, layout.max_new_tokens, layout.mask_id)
     else:
-        backend = DynamicBackend(model, mask, prompt_padded=min(prompt_lengths) < input_ids.shape[1])
-    if max_new_tokens > 0:
-        run(state, layout, record, policy, backend)
-    if streamer is not None:
-        streamer.end()
-    return record.output(generation_config.return_dict_in_generate)
+        backend = DynamicBackend(model, mask, prompt_padded)
+    return DecodeLoop(state, layout, record, policy, backend)
 
 
 def _first_window(
-    input_ids: torch.LongTensor, mask: torch.Tensor, layout: WindowLayout, kinds: tuple[str, ...], vocab_size: int
+    input_ids: torch.LongTensor,
+    mask: torch.Tensor,
+    layout: WindowLayout,
+    kinds: tuple[str, ...],
+    vocab_size: int,
+    max_new_tokens: torch.Tensor,
 ) -> WindowState:
     """Every row's state before the first forward: an all-mask window of `window_size` slots (within
     max_new_tokens), fed together with the prompt."""
@@ -118,8 +161,9 @@ def _first_window(
     return WindowState(
         rows=torch.arange(batch_size, device=device),
         window=torch.full((batch_size, width), layout.mask_id, dtype=torch.long, device=device),
-        length=torch.full_like(zeros, min(layout.window_size, layout.max_new_tokens)),
+        length=max_new_tokens.clamp(max=layout.window_size),
         generated=zeros,
+        max_new_tokens=max_new_tokens,
         processed=torch.zeros_like(zeros),
         first_position=mask.long().sum(1),
         fill_step=torch.zeros((batch_size, width), dtype=torch.long, device=device),

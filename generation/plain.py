@@ -23,7 +23,7 @@ class PlainPolicy:
         leading = leading_filled(state, self.layout, self.blockwise)
         start = state.generated
         state.done |= self.record.commit(state, leading)
-        budget = self.layout.max_new_tokens - start - state.length
+        budget = state.max_new_tokens - start - state.length
         return StepPlan(length=state.length + torch.minimum(leading, budget), start=start, leading=leading)
 
     def checked(self, values: list[int]) -> None:
@@ -38,6 +38,9 @@ class PlainPolicy:
         return plan.leading
 
     def select_rows(self, index: torch.Tensor) -> None:
+        """No row state of its own."""
+
+    def join_rows(self, other: "PlainPolicy") -> None:
         """No row state of its own."""
 
     def counters(self) -> dict[str, torch.Tensor]:

@@ -2,8 +2,8 @@
 
 A window is `width = 2 * window_size` slots per row (a window plus the mask slots appended before a commit); a
 slot holds a token or the mask id. Every per-row tensor has the running rows as its first dimension, so rows that
-leave are one `select(index)`, and rows that join (a later issue: continuous batching) are one concatenation of
-two states over the same fields.
+leave are one `select(index)`, and rows that join (continuous batching, `wedlm_hf.continuous`) are one
+concatenation of two states over the same fields (`join`).
 """
 
 from dataclasses import dataclass, fields
@@ -46,6 +46,9 @@ class WindowScores:
     def select(self, index: torch.Tensor) -> "WindowScores":
         return WindowScores({name: kept[index] for name, kept in self.kinds.items()})
 
+    def join(self, other: "WindowScores") -> "WindowScores":
+        return WindowScores({name: torch.cat([kept, other.kinds[name]]) for name, kept in self.kinds.items()})
+
     def shift(self, source: torch.Tensor) -> None:
         """Slot i takes slot `source[:, i]`'s values (the window moved forward)."""
         for name, kept in self.kinds.items():
@@ -75,6 +78,8 @@ class WindowState:
     """Live slots of each row's window."""
     generated: torch.Tensor
     """Tokens committed to the output."""
+    max_new_tokens: torch.Tensor
+    """Each row's token budget (one value for a `generate` call; rows joined by continuous batching differ)."""
     processed: torch.Tensor
     """Window slots fed so far (the denominator of p_cache)."""
     first_position: torch.Tensor
@@ -99,6 +104,16 @@ class WindowState:
             if value is not None:
                 setattr(self, field.name, value.select(index) if isinstance(value, WindowScores) else value[index])
 
+    def join(self, other: "WindowState") -> None:
+        """Append `other`'s rows (continuous batching), both past their first forward (no prompt left to feed)."""
+        if self.prompt is not None or other.prompt is not None:
+            raise ValueError("rows join only after their first forward, which feeds their prompt")
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if value is not None:
+                theirs = getattr(other, field.name)
+                setattr(self, field.name, value.join(theirs) if isinstance(value, WindowScores) else torch.cat([value, theirs]))
+
 
 @dataclass
 class StepPlan:
@@ -115,6 +130,13 @@ class StepPlan:
 
     def select(self, index: torch.Tensor) -> None:
         self.length, self.start, self.leading = self.length[index], self.start[index], self.leading[index]
+
+    def join(self, other: "StepPlan") -> None:
+        """Append `other`'s rows; its checks were read in its own sync."""
+        self.length, self.start, self.leading = (
+            torch.cat([mine, theirs])
+            for mine, theirs in ((self.length, other.length), (self.start, other.start), (self.leading, other.leading))
+        )
 
 
 @dataclass
