@@ -18,7 +18,7 @@ from transformers.generation.streamers import BaseStreamer
 from .dynamic import DynamicBackend
 from .fill import SlotFiller
 from .lossless import LosslessPolicy
-from .loop import DecodeLoop
+from .loop import DecodeLoop, run
 from .outputs import WeDLMGenerateOutput
 from .plain import PlainPolicy
 from .record import OutputRecord
@@ -90,8 +90,7 @@ def wedlm_decode(
         ),
     )
     if max_new_tokens > 0:
-        while loop.settle():
-            loop.advance()
+        run(loop)
     if streamer is not None:
         streamer.end()
     return loop.record.output(generation_config.return_dict_in_generate)

@@ -202,10 +202,7 @@ class DecodeLoop:
         self.backend.join_rows(other.backend)
 
 
-def run(
-    state: WindowState, layout: WindowLayout, record: OutputRecord, policy: StepPolicy, backend: ForwardBackend
-) -> None:
-    """Decode until every row has ended; the output is in `record`."""
-    loop = DecodeLoop(state, layout, record, policy, backend)
+def run(loop: DecodeLoop) -> None:
+    """Decode until every row has ended; the output is in `loop.record`."""
     while loop.settle():
         loop.advance()
