@@ -174,7 +174,8 @@ class DecodeLoop:
         self.record.store_totals(self.state, {**self.state.counters(), **self.policy.counters()})
         index = torch.tensor(running, dtype=torch.long, device=self.state.rows.device)
         self.state.select(index)
-        self.plan.select(index)
+        if self.plan is not None:
+            self.plan.select(index)
         self.policy.select_rows(index)
         self.backend.select_rows(index)
 
@@ -182,11 +183,14 @@ class DecodeLoop:
         forward = feed(self.state, self.layout, self.plan, self.sync, self.backend, self.record)
         self.kept = self.policy.update(self.state, self.plan, forward)
 
-    def join(self, other: "DecodeLoop", rows: torch.Tensor) -> None:
+    def join(self, other: "DecodeLoop", rows: torch.Tensor) -> int:
         """Append `other`'s running rows, settled after their first forward in a loop of their own over the same
-        layout, as this record's input rows `rows` (one per input row of `other`'s record)."""
+        layout, as this record's input rows `rows` (one per input row of `other`'s record). Returns the step
+        offset of `other`'s forward numbers in this record (`OutputRecord.row_stats`)."""
         step_offset = self.record.steps - other.record.steps
         self.record.adopt(other.record, rows, step_offset)
+        if other.state.rows.shape[0] == 0:  # all of them ended in their first step: only their output joins
+            return step_offset
         other.state.rows = rows[other.state.rows]
         other.state.fill_step = other.state.fill_step + step_offset
         if self.state.rows.shape[0] == 0:
@@ -200,6 +204,7 @@ class DecodeLoop:
         self.state.join(other.state)
         self.policy.join_rows(other.policy)
         self.backend.join_rows(other.backend)
+        return step_offset
 
 
 def run(loop: DecodeLoop) -> None:

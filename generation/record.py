@@ -137,7 +137,11 @@ class OutputRecord:
         for name, total in self.totals.items():
             total[rows] = other.totals[name] + (step_offset if name == "forwards" else 0)
         for i, row in enumerate(rows.tolist()):
-            self.row_criteria[row] = other.user_criteria + other.row_criteria.get(i, [])
+            criteria = other.user_criteria + other.row_criteria.get(i, [])
+            if criteria:
+                self.row_criteria[row] = criteria
+            else:  # an empty entry would still send every commit through the per-row criteria check
+                self.row_criteria.pop(row, None)
 
     def row_stats(self, row: int, step_offset: int = 0) -> WeDLMStats:
         """Input row `row`'s statistics as a call of its own reports them: `step_offset` (the record's forward

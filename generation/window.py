@@ -106,8 +106,9 @@ class WindowState:
 
     def join(self, other: "WindowState") -> None:
         """Append `other`'s rows (continuous batching), both past their first forward (no prompt left to feed)."""
-        if self.prompt is not None or other.prompt is not None:
+        if other.prompt is not None or (self.prompt is not None and self.rows.shape[0] > 0):
             raise ValueError("rows join only after their first forward, which feeds their prompt")
+        self.prompt = self.prompt_positions = None
         for field in fields(self):
             value = getattr(self, field.name)
             if value is not None:
