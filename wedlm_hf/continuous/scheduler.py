@@ -108,11 +108,11 @@ class WeDLMScheduler:
             )
         if request.stop_strings and self.tokenizer is None:
             raise ValueError("`stop_strings` need the tokenizer: build the scheduler with `tokenizer=`.")
-        if request.request_id in self.active_ids():
-            raise ValueError(f"A request with id {request.request_id!r} is already queued or running.")
 
     def add(self, request: GenerationRequest) -> None:
         self.check(request)
+        if request.request_id in self.active_ids():
+            raise ValueError(f"A request with id {request.request_id!r} is already queued or running.")
         self.queue.append(request)
 
     def cancel(self, request_id: str) -> None:
@@ -276,9 +276,19 @@ class WeDLMScheduler:
                 updates.append(RequestUpdate(slot.request.request_id, new_tokens, result))
         return updates
 
-    def _failed(self, slot_index: int, error: Exception, request: GenerationRequest | None = None) -> RequestUpdate:
-        slot = self.slots[slot_index]
-        self.slots[slot_index] = None
-        request = request or slot.request
+    def fail_all(self, error: Exception) -> list[RequestUpdate]:
+        """Fail every queued and running request (the caller hit a fault outside any one request) and start over."""
+        updates = [self._failed(slot, error) for slot, held in enumerate(self.slots) if held is not None]
+        updates += [self._failed(None, error, request) for request in self.queue]
+        self.queue.clear()
+        self.running_slots, self.running = [], self._empty_batch()
+        return updates
+
+    def _failed(
+        self, slot_index: int | None, error: Exception, request: GenerationRequest | None = None
+    ) -> RequestUpdate:
+        if slot_index is not None:
+            request = request or self.slots[slot_index].request
+            self.slots[slot_index] = None
         message = f"{type(error).__name__}: {error}"
         return RequestUpdate(request.request_id, [], RequestResult(request.request_id, [], ERROR, error=message))
