@@ -2,6 +2,7 @@
 what a `generate` call of their own decodes (tokens and statistics), greedy and lossless; faults stay with their
 request; every request gets exactly one final update."""
 
+import copy
 import threading
 
 import pytest
@@ -22,10 +23,15 @@ ARRIVALS = [0, 1, 1, 4, 5, 5]
 STATS = ("forwards", "generated", "processed", "fill_steps", "commit_steps", "drafted", "accepted", "corrected")
 
 
+def with_options(config: GenerationConfig, **options) -> GenerationConfig:
+    config = copy.deepcopy(config)
+    for name, value in options.items():
+        setattr(config, name, value)
+    return config
+
+
 def server_config(model, **wedlm) -> GenerationConfig:
-    return GenerationConfig(
-        **{**model.generation_config.to_dict(), "mask_token_id": MASK_ID, "wedlm_window_size": WINDOW, **wedlm}
-    )
+    return with_options(model.generation_config, mask_token_id=MASK_ID, wedlm_window_size=WINDOW, **wedlm)
 
 
 def lone_generate(model, prompt, budget, config, **options):
@@ -182,7 +188,7 @@ def test_malformed_requests_are_refused_with_the_reason():
 def test_per_request_stop_strings_match_generate():
     model = wedlm_hf.enable(wedlm_hf.WeDLMForCausalLM.from_pretrained(wedlm_hf.DEFAULT_MODEL).eval())
     tokenizer = AutoTokenizer.from_pretrained(wedlm_hf.DEFAULT_MODEL)
-    config = GenerationConfig(**model.generation_config.to_dict())
+    config = model.generation_config
     scheduler = WeDLMScheduler(model, config, max_batch_size=4, tokenizer=tokenizer)
     prompts = ["1, 2, 3, 4,", "10, 11, 12,", "def add(a, b):"]
     stops = [[" 9,"], None, ["\n"]]
@@ -228,8 +234,9 @@ def test_batcher_serves_concurrent_submitters_and_streams():
 def test_smollm2_lossless_staggered_requests_equal_greedy():
     model, tokenizer = load_smollm2(torch.float32)
     model = wedlm_hf.enable(model)
-    options = dict(decoding="wedlm", wedlm_lossless=True, mask_token_id=16, do_sample=False)
-    config = GenerationConfig(**{**model.generation_config.to_dict(), **options})
+    config = with_options(
+        model.generation_config, decoding="wedlm", wedlm_lossless=True, mask_token_id=16, do_sample=False
+    )
     texts = ["The capital of France is", "def fibonacci(n):", "1, 2, 3, 4, 5,", "Once upon a time, there was a"]
     requests = [
         GenerationRequest(tokenizer(t, add_special_tokens=False)["input_ids"], 10, request_id=str(i))
