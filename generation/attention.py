@@ -2,8 +2,10 @@
 
 transformers infers *packed sequences* from non-monotonic `position_ids` when it gets no 2D mask and no cache
 (masking_utils) and, on FlashAttention, whenever a batch of one arrives without a mask. A WeDLM window's RoPE
-positions are deliberately non-monotonic, so every forward must carry an explicit mask, plus explicit
-`cu_seq_lens_*` for FlashAttention (whose mask builder drops an all-ones mask).
+positions are deliberately non-monotonic, so every decoding forward carries its cache (and a mask wherever a key
+is invalid or the query is wider than one token), plus explicit `cu_seq_lens_*` for FlashAttention (whose mask
+builder drops an all-ones mask). Model classes are left alone: without mask or cache, packing is what a caller
+means (padding-free training batches).
 
 A window forward's mask is prebuilt here in the 4D form the SDPA and eager attention functions take: transformers'
 `create_causal_mask` returns a 4D mask as it is, so no mask is rebuilt per forward (a query longer than one token
@@ -90,6 +92,24 @@ class WindowAttention:
             self.config._attn_implementation = "sdpa"
 
 
+def window_forward(
+    call, model: torch.nn.Module, cache, input_ids: torch.Tensor, attention_mask, position_ids: torch.Tensor,
+    logits_to_keep: int, **attention_kwargs,
+) -> torch.Tensor:
+    """The logits of one window forward through `call` (the model, or its compiled call) into `cache`, with
+    `WINDOW_SDPA` selected for its duration where it applies."""
+    with WindowAttention(model):
+        return call(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=logits_to_keep,
+            **attention_kwargs,
+        ).logits
+
+
 def uses_flash_attention(config: PreTrainedConfig) -> bool:
     return "flash" in str(getattr(config, "_attn_implementation", "") or "")
 
@@ -103,19 +123,12 @@ def prebuilt_attention_mask(
     implementation = getattr(config, "_attn_implementation", None)
     if implementation not in MASK_IMPLEMENTATIONS:
         return key_valid.long()
-    key_length = key_valid.shape[1]
-    keys = torch.arange(key_length, device=key_valid.device)
-    causal = keys[None, :] <= keys[key_length - query_length :, None]
-    mask = key_valid[:, None, None, :] & causal
+    batch_size, key_length = key_valid.shape
+    causal = torch.ones(query_length, key_length, dtype=torch.bool, device=key_valid.device).tril(
+        key_length - query_length
+    )
+    mask = key_valid.view(batch_size, 1, 1, key_length) & causal
     return additive_mask(mask, dtype) if implementation == "eager" else mask
-
-
-def explicit_attention_kwargs(
-    config: PreTrainedConfig, batch_size: int, query_length: int, past_length: int, device: torch.device
-) -> tuple[torch.Tensor, dict]:
-    """An all-ones 2D mask over past + query, and FlashAttention sequence lengths when that kernel is in use."""
-    attention_mask = torch.ones(batch_size, past_length + query_length, dtype=torch.long, device=device)
-    return attention_mask, flash_sequence_lengths(config, batch_size, query_length, past_length, device)
 
 
 def flash_sequence_lengths(

@@ -24,7 +24,7 @@ from .plain import PlainPolicy
 from .record import OutputRecord
 from .settings import UNSET, WeDLMSettings
 from .static import StaticBackend
-from .validation import check_request, check_settings, position_limit_error, prompt_mask
+from .validation import check_request, check_settings, checked_prompt
 from .window import WindowLayout, WindowScores, WindowState
 
 
@@ -58,63 +58,33 @@ def wedlm_decode(
     check_request(model, generation_config, logits_processor, model_kwargs, synced_gpus)
     vocab_size = model.config.get_text_config().vocab_size
     settings = WeDLMSettings.resolve(
-        generation_config,
-        model.config,
-        vocab_size,
-        window_size=wedlm_window_size,
-        entropy_threshold=wedlm_entropy_threshold,
-        pos_penalty_factor=wedlm_pos_penalty_factor,
-        mask_token_id=mask_token_id,
-        blockwise=wedlm_blockwise,
-        lossless=wedlm_lossless,
-        draft_schedule=wedlm_draft_schedule,
-        static=wedlm_static,
+        generation_config, model.config, vocab_size, window_size=wedlm_window_size,
+        entropy_threshold=wedlm_entropy_threshold, pos_penalty_factor=wedlm_pos_penalty_factor,
+        mask_token_id=mask_token_id, blockwise=wedlm_blockwise, lossless=wedlm_lossless,
+        draft_schedule=wedlm_draft_schedule, static=wedlm_static,
     )
     check_settings(settings, model, generation_config, logits_processor)
-    mask, prompt_lengths = prompt_mask(input_ids, model_kwargs)
     max_new_tokens = generation_config.max_length - input_ids.shape[1]
-    problem = position_limit_error(model, max(prompt_lengths), max_new_tokens)
-    if problem is not None:
-        raise ValueError(f"The longest prompt's {problem}")
-
-    layout = window_layout(settings, max_new_tokens, input_ids.device)
-    eos_ids, pad_id = special_token_ids(generation_config, input_ids.device)
+    mask, prompt_lengths = checked_prompt(model, input_ids, model_kwargs, max_new_tokens)
+    layout = WindowLayout.create(settings.mask_token_id, settings.window_size, max_new_tokens, input_ids.device)
     kinds = tuple(kind for kind in ("scores", "logits") if getattr(generation_config, f"output_{kind}"))
+    record = output_record(
+        input_ids, layout, generation_config, stopping_criteria, streamer, kinds, vocab_size, policy_class(settings)
+    )
     budgets = torch.full((input_ids.shape[0],), max_new_tokens, dtype=torch.long, device=input_ids.device)
     loop = start_decoding(
         model, input_ids, mask, min(prompt_lengths) < input_ids.shape[1], budgets, layout, settings,
-        generation_config, logits_processor,
-        OutputRecord(
-            input_ids, layout, pad_id, eos_ids, stopping_criteria, streamer, kinds, vocab_size,
-            policy_counters(settings),
-        ),
+        generation_config, logits_processor, record,
     )
     if max_new_tokens > 0:
         run(loop)
     if streamer is not None:
         streamer.end()
-    return loop.record.output(generation_config.return_dict_in_generate)
+    return record.output(generation_config.return_dict_in_generate)
 
 
-def window_layout(settings: WeDLMSettings, max_new_tokens: int, device: torch.device) -> WindowLayout:
-    return WindowLayout(
-        settings.mask_token_id, settings.window_size, max_new_tokens,
-        torch.arange(2 * settings.window_size, device=device)[None],
-    )
-
-
-def special_token_ids(generation_config: GenerationConfig, device: torch.device) -> tuple[torch.Tensor | None, int]:
-    """The EOS ids (on `device`) and the pad id (else the first EOS id, else 0) of a request."""
-    eos_ids = generation_config._eos_token_tensor
-    eos_ids = eos_ids.to(device) if eos_ids is not None else None
-    pad_id = generation_config._pad_token_tensor
-    pad_id = int(pad_id) if pad_id is not None else (int(eos_ids.flatten()[0]) if eos_ids is not None else 0)
-    return eos_ids, pad_id
-
-
-def policy_counters(settings: WeDLMSettings) -> tuple[str, ...]:
-    """The per-row counters the settings' step policy reports (the output record keeps a total of each)."""
-    return (LosslessPolicy if settings.lossless else PlainPolicy).counter_names
+def policy_class(settings: WeDLMSettings) -> type:
+    return LosslessPolicy if settings.lossless else PlainPolicy
 
 
 def start_decoding(
@@ -143,6 +113,26 @@ def start_decoding(
     else:
         backend = DynamicBackend(model, mask, prompt_padded)
     return DecodeLoop(state, layout, record, policy, backend)
+
+
+def output_record(
+    input_ids: torch.LongTensor,
+    layout: WindowLayout,
+    generation_config: GenerationConfig,
+    stopping_criteria: StoppingCriteriaList,
+    streamer: BaseStreamer | None,
+    kinds: tuple[str, ...],
+    vocab_size: int,
+    policy_class: type,
+) -> OutputRecord:
+    """The call's output record; finished rows are padded with `pad_token_id`, else the first EOS id, else 0."""
+    eos_ids = generation_config._eos_token_tensor
+    eos_ids = eos_ids.to(input_ids.device) if eos_ids is not None else None
+    pad_id = generation_config._pad_token_tensor
+    pad_id = int(pad_id) if pad_id is not None else (int(eos_ids.flatten()[0]) if eos_ids is not None else 0)
+    return OutputRecord(
+        input_ids, layout, pad_id, eos_ids, stopping_criteria, streamer, kinds, vocab_size, policy_class.counter_names
+    )
 
 
 def _first_window(

@@ -5,7 +5,7 @@ sequence lengths, and the mask-free one-token forward of a single unpadded row."
 import torch
 from transformers import PreTrainedModel
 
-from .attention import WindowAttention, flash_sequence_lengths, prebuilt_attention_mask, uses_flash_attention
+from .attention import flash_sequence_lengths, prebuilt_attention_mask, uses_flash_attention, window_forward
 from .cache import WeDLMCache
 
 
@@ -49,15 +49,7 @@ class DynamicBackend:
             attention_mask = prebuilt_attention_mask(
                 model.config, self.cache.key_valid(window_live), input_ids.shape[1], model.dtype
             )
-        with WindowAttention(model):
-            return model(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                position_ids=position_ids,
-                cache=self.cache,
-                use_cache=True,
-                logits_to_keep=logits_to_keep,
-                **flash_sequence_lengths(
-                    model.config, input_ids.shape[0], input_ids.shape[1], past_length, input_ids.device
-                ),
-            ).logits
+        lengths = flash_sequence_lengths(model.config, input_ids.shape[0], input_ids.shape[1], past_length, input_ids.device)
+        return window_forward(
+            model, model, self.cache, input_ids, attention_mask, position_ids, logits_to_keep, **lengths
+        )

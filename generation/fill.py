@@ -1,6 +1,8 @@
 """Filling mask slots from a forward's logits: which slots (low entropy first, `selection.py`) and with which
 tokens (argmax, or through the logits processors and sampling)."""
 
+from dataclasses import dataclass
+
 import torch
 from transformers import LogitsProcessorList
 
@@ -15,20 +17,14 @@ def gather_columns(logits: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
     return logits.gather(1, columns[..., None].expand(-1, -1, logits.shape[-1]))
 
 
+@dataclass
 class SlotFiller:
-    def __init__(
-        self,
-        layout: WindowLayout,
-        settings: WeDLMSettings,
-        record: OutputRecord,
-        logits_processor: LogitsProcessorList,
-        do_sample: bool,
-    ):
-        self.layout = layout
-        self.settings = settings
-        self.record = record
-        self.logits_processor = logits_processor
-        self.do_sample = do_sample
+    layout: WindowLayout
+    settings: WeDLMSettings
+    record: OutputRecord
+    """Gives the step number (fill traces) and the committed context logits processors see."""
+    logits_processor: LogitsProcessorList
+    do_sample: bool
 
     def fill(
         self, state: WindowState, logits: torch.Tensor, slot_physical: torch.Tensor, fillable: torch.Tensor
@@ -43,8 +39,12 @@ class SlotFiller:
         window_size, scores = self.layout.window_size, state.scores
         candidates = fillable & (self.layout.slots[:, :window_size] < state.length[:, None])
         columns = slot_physical.clamp(0, logits.shape[1] - 1)
-        entropy = slot_entropy(logits).gather(1, columns)
-        chosen = choose_slots(entropy, candidates, self.settings.entropy_threshold, self.settings.pos_penalty_factor)
+        if window_size == 1:  # one candidate at most: `choose_slots` would pick it whatever its entropy
+            chosen = candidates
+        else:
+            entropy = slot_entropy(logits).gather(1, columns)
+            settings = self.settings
+            chosen = choose_slots(entropy, candidates, settings.entropy_threshold, settings.pos_penalty_factor)
         slot_logits = gather_columns(logits, columns) if scores.keeps_logits else None
         logits[..., self.layout.mask_id] = float("-inf")
         if self.logits_processor or self.do_sample:

@@ -82,23 +82,22 @@ def step_sync(
 ) -> StepSync:
     """The step's one host read: the next forward's width and mask columns, which rows still run, the sizes the
     backend needs to apply `kept` (the last forward's cache commit, if any) and the plan's checks."""
-    running = ~state.done
-    filled = ((state.window != layout.mask_id) & (layout.slots < plan.length[:, None])).sum(1)
+    done = state.done
     cache_values = backend.sync_values(kept) if kept is not None else []
     summary = torch.stack(
         [
-            torch.where(running, plan.length, 0).max(),
-            torch.where(running, filled, layout.width).min(),
+            plan.length.masked_fill(done, 0).max(),
+            plan.filled.sum(1).masked_fill(done, layout.width).min(),
             *cache_values,
             *(check.long() for check in plan.checks),
         ]
     )
-    host = torch.cat([summary, running.long()]).tolist()
+    host = torch.cat([summary, done.long()]).tolist()
     fed, fewest_filled = host[:2]
     values = host[2 : 2 + len(cache_values)]
     checks = host[2 + len(cache_values) : 2 + len(cache_values) + len(plan.checks)]
-    alive = host[2 + len(cache_values) + len(plan.checks) :]
-    return StepSync(fed, fed - fewest_filled, [row for row, on in enumerate(alive) if on], values, checks)
+    ended = host[2 + len(cache_values) + len(plan.checks) :]
+    return StepSync(fed, fed - fewest_filled, [row for row, end in enumerate(ended) if not end], values, checks)
 
 
 def feed(
@@ -114,11 +113,11 @@ def feed(
     logits the policy needs are computed: the mask columns (physically last), or every column."""
     fed, mask_columns = backend.shape(sync.fed, sync.mask_columns)
     keep = fed if plan.all_columns else mask_columns
-    order = feed_order(state, layout, plan.length)
+    order, live = feed_order(plan.filled, layout, plan.length)
     fed_order = order[:, :fed]
     input_ids = state.window.gather(1, fed_order)
     position_ids = (state.first_position + plan.start)[:, None] + fed_order
-    fed_live = layout.slots[:, :fed] < plan.length[:, None]
+    fed_live = live[:, :fed]
     with_prompt = state.prompt is not None
     if with_prompt:
         input_ids = torch.cat([state.prompt, input_ids], dim=1)

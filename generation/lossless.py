@@ -90,16 +90,16 @@ class LosslessPolicy:
 
     def plan(self, state: WindowState) -> StepPlan:
         if not self.started:
-            return StepPlan(length=state.length.clone(), start=state.generated, leading=torch.zeros_like(state.length))
+            filled, none = state.window != self.layout.mask_id, torch.zeros_like(state.length)
+            return StepPlan(length=state.length.clone(), start=state.generated, filled=filled, leading=none)
         # 1. the certain token is committed now; its K/V come from the forward below
-        leading = leading_filled(state, self.layout)
+        filled, leading = leading_filled(state, self.layout)
         start = state.generated
         state.done |= self.record.commit(state, torch.ones_like(leading))
         # 2. one forward: next-token logits at the certain token and at every leading draft, plus as many extra
         #    mask slots as there are drafts, so that if all are accepted the next window is already predicted
-        budget = state.max_new_tokens - start - state.length
-        length = state.length + torch.minimum(leading - 1, budget)
-        return StepPlan(length, start, leading, all_columns=True, checks=(self.drafts.mask_predicted.any(),))
+        length = torch.minimum(state.length + (leading - 1), state.max_new_tokens - start)
+        return StepPlan(length, start, filled, leading, all_columns=True, checks=(self.drafts.mask_predicted.any(),))
 
     def checked(self, values: list[int]) -> None:
         if values and values[0]:
@@ -117,6 +117,8 @@ class LosslessPolicy:
             self._place_certain(state, forward.prompt_logits.argmax(-1), forward.prompt_logits)
             self.filler.fill(state, forward.logits, slot_physical, self._fillable(state))
             return none
+        if forward.fed == 1 and not state.scores.kinds:
+            return self._ar_only_update(state, plan, forward)
         window_size, drafts, logits, fed = self.layout.window_size, plan.leading - 1, forward.logits, forward.fed
         slots = self.layout.slots
         ar_columns = forward.physical[:, :window_size].clamp(max=fed - 1)  # the certain token's and each draft's
@@ -154,6 +156,19 @@ class LosslessPolicy:
         self._limit_window(state)
         return 1 + accepted
 
+    def _ar_only_update(self, state: WindowState, plan: StepPlan, forward: Forward) -> torch.Tensor:
+        """`update` after a forward of one column per row (every row at zero drafts): its argmax is the next
+        certain token, and there is nothing to verify, count or fill. Same result as the general path, in a
+        fraction of its ops (on held-out code most lossless forwards are of this kind)."""
+        next_certain = forward.logits[:, 0].argmax(-1)
+        one = torch.ones_like(plan.length)
+        shift(state, self.layout, one, plan.length, forward.physical)
+        self._place_certain(state, next_certain, None)
+        if self.adaptive:
+            self._probe(self.drafts.draft_limit)
+        self._limit_window(state)
+        return one
+
     def _fillable(self, state: WindowState) -> torch.Tensor:
         window_size = self.layout.window_size
         return (state.window[:, :window_size] == self.layout.mask_id) & (self.layout.slots[:, :window_size] >= 1)
@@ -172,14 +187,18 @@ class LosslessPolicy:
         all_accepted = (drafts > 0) & ~corrected
         limit = torch.where(all_accepted, (2 * rows.draft_limit + 1).clamp(max=self.most_drafts), rows.draft_limit)
         limit = torch.where(corrected & (2 * accepted < rows.draft_limit), accepted, limit)
-        rows.probe_wait = torch.where(
-            accepted > 0,
-            torch.full_like(rows.probe_wait, FIRST_AR_RUN),
-            torch.where(corrected, (2 * rows.probe_wait).clamp(max=LONGEST_AR_RUN), rows.probe_wait),
-        )
-        rows.ar_run = torch.where(limit == 0, rows.ar_run + 1, torch.zeros_like(rows.ar_run))
-        probe = (limit == 0) & (rows.ar_run >= rows.probe_wait)
-        rows.draft_limit = torch.where(probe, min(1, self.most_drafts), limit)
+        longer_wait = torch.where(corrected, (2 * rows.probe_wait).clamp(max=LONGEST_AR_RUN), rows.probe_wait)
+        rows.probe_wait = longer_wait.masked_fill(accepted > 0, FIRST_AR_RUN)
+        self._probe(limit)
+
+    def _probe(self, limit: torch.Tensor) -> None:
+        """Set the new `draft_limit`: rows at zero drafts count their AR-only forwards and try one draft again
+        after `probe_wait` of them."""
+        rows = self.drafts
+        no_drafts = limit == 0
+        rows.ar_run = (rows.ar_run + 1) * no_drafts  # AR-only forwards in a row; 0 once the row drafts
+        probe = no_drafts & (rows.ar_run >= rows.probe_wait)
+        rows.draft_limit = limit.masked_fill(probe, min(1, self.most_drafts))
 
     def _limit_window(self, state: WindowState) -> None:
         """Window per row: `draft_limit + 2` slots (1 at zero drafts), at most `window_size`, within
@@ -187,7 +206,7 @@ class LosslessPolicy:
         longest = self.layout.window_size
         if self.adaptive:
             limit = self.drafts.draft_limit
-            wanted = torch.where(limit == 0, 1, limit + 2).clamp(max=longest)
+            wanted = (limit + 2).masked_fill(limit == 0, 1).clamp(max=longest)
         else:
             wanted = torch.full_like(state.length, longest)
         state.length = torch.minimum(wanted, state.max_new_tokens - state.generated)

@@ -10,7 +10,7 @@ from transformers.utils import logging
 
 from .decoding import wedlm_decode
 from .support import check_supported
-from .validation import UnsupportedRequest, reject_unsupported
+from .validation import UnsupportedRequest, reject_cache_implementation
 
 WEDLM = "wedlm"
 AUTOREGRESSIVE = ("ar", "autoregressive")
@@ -32,7 +32,7 @@ class WeDLMGenerationMixin(GenerationMixin):
         if decoding is None or decoding in AUTOREGRESSIVE:
             return super().generate(*args, **kwargs)
         try:
-            reject_unsupported(generation_config, kwargs)
+            reject_cache_implementation(kwargs.get("cache_implementation", generation_config.cache_implementation))
             if kwargs.get("custom_generate") is not None:
                 raise UnsupportedRequest(
                     "`decoding='wedlm'` already selects the decoding loop; do not pass `custom_generate` too."

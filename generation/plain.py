@@ -20,11 +20,11 @@ class PlainPolicy:
     def plan(self, state: WindowState) -> StepPlan:
         """Commit the leading filled slots (the last forward wrote their K/V); grow the window by as many mask
         slots as it commits, within max_new_tokens."""
-        leading = leading_filled(state, self.layout, self.blockwise)
+        filled, leading = leading_filled(state, self.layout, self.blockwise)
         start = state.generated
         state.done |= self.record.commit(state, leading)
-        budget = state.max_new_tokens - start - state.length
-        return StepPlan(length=state.length + torch.minimum(leading, budget), start=start, leading=leading)
+        length = torch.minimum(state.length + leading, state.max_new_tokens - start)
+        return StepPlan(length=length, start=start, filled=filled, leading=leading)
 
     def checked(self, values: list[int]) -> None:
         """No checks of its own."""

@@ -44,6 +44,8 @@ class OutputRecord:
         """One column past the output: dense writes aim every slot they do not commit there."""
         self.sequences = torch.full((batch_size, self.prompt_length + outputs), pad_id, dtype=torch.long, device=device)
         self.sequences[:, : self.prompt_length] = input_ids
+        self.new_tokens = self.sequences[:, self.prompt_length :]
+        """A view of the generated columns: commits write through it."""
         self.fill_step = torch.zeros((batch_size, outputs), dtype=torch.long, device=device)
         self.commit_step = torch.zeros((batch_size, outputs), dtype=torch.long, device=device)
         self.token_scores = {kind: torch.zeros(batch_size, outputs, vocab_size, device=device) for kind in score_kinds}
@@ -61,26 +63,30 @@ class OutputRecord:
         num_leading = num_leading.masked_fill(state.done, 0)
         finished = state.generated + num_leading >= state.max_new_tokens
         commit_length = num_leading
-        slots = self.layout.slots
+        offset = self.layout.slots - start if start else self.layout.slots  # index within the commit
         if self.eos_ids is not None:
-            in_commit = (slots >= start) & (slots < start + num_leading[:, None])
+            in_commit = offset < num_leading[:, None]
+            if start:
+                in_commit &= offset >= 0
             is_eos = torch.isin(state.window, self.eos_ids) & in_commit
             has_eos = is_eos.any(1)
-            commit_length = torch.where(has_eos, is_eos.int().argmax(1) + 1 - start, commit_length)
+            commit_length = torch.where(has_eos, is_eos.int().argmax(1) + (1 - start), commit_length)
             finished |= has_eos
         if self.user_criteria or self.row_criteria:
             commit_length, stopped = self._apply_user_criteria(state, commit_length, start)
             finished |= stopped
-        self._write(state, commit_length, start)
+        self._write(state, commit_length, start, offset)
         return finished
 
-    def _write(self, state: WindowState, commit_length: torch.Tensor, start: int) -> None:
-        """Copy each row's `commit_length` slots from `start` to the output, with their traces and scores."""
-        offset = self.layout.slots - start
-        take = (offset >= 0) & (offset < commit_length[:, None])
-        position = torch.where(take, state.generated[:, None] + offset, self.discard)  # index among generated tokens
+    def _write(self, state: WindowState, commit_length: torch.Tensor, start: int, offset: torch.Tensor) -> None:
+        """Copy each row's `commit_length` slots from `start` (`offset`: each slot's index within the commit) to
+        the output, with their traces and scores."""
+        skip = offset >= commit_length[:, None]
+        if start:
+            skip |= offset < 0
+        position = (state.generated[:, None] + offset).masked_fill(skip, self.discard)  # index among generated tokens
         rows = state.rows[:, None]
-        self.sequences[rows, self.prompt_length + position] = state.window
+        self.new_tokens[rows, position] = state.window
         self.fill_step[rows, position] = state.fill_step
         self.commit_step[rows, position] = self.steps + 1
         for kind, store in self.token_scores.items():
@@ -94,7 +100,10 @@ class OutputRecord:
     def _apply_user_criteria(
         self, state: WindowState, commit_length: torch.Tensor, start: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Cut each row's commit at the first token after which a user stopping criterion fires, as AR would."""
+        """Cut each row's commit at the first token after which a user stopping criterion fires, as AR would.
+
+        A criterion may return a plain bool, as older ones (lm-evaluation-harness's stop sequences) do; transformers'
+        `StoppingCriteriaList` accepts that too."""
         stopped = torch.zeros_like(commit_length, dtype=torch.bool)
         cut = commit_length.clone()
         for i, row in enumerate(state.rows.tolist()):
@@ -104,7 +113,7 @@ class OutputRecord:
             committed = self.sequences[row, : self.prompt_length + int(state.generated[i])]
             for t in range(int(commit_length[i])):
                 prefix = torch.cat([committed, state.window[i, start : start + t + 1]])[None]
-                if any(bool(criterion(prefix, None).any()) for criterion in criteria):
+                if any(bool(torch.as_tensor(criterion(prefix, None)).any()) for criterion in criteria):
                     cut[i], stopped[i] = t + 1, True
                     break
         return cut, stopped

@@ -22,7 +22,7 @@ import torch
 from transformers import GenerationConfig, PreTrainedConfig, PreTrainedModel
 from transformers.cache_utils import Cache, StaticLayer
 
-from .attention import WindowAttention, additive_mask
+from .attention import additive_mask, window_forward
 
 
 class RowWriteLayer(StaticLayer):
@@ -159,15 +159,7 @@ class StaticBackend:
         all_positions = position_ids.new_zeros(all_ids.shape).index_copy(0, rows, position_ids)
         attention_mask = self.cache.begin_forward(window_live)
         forward = self.compiled_call if self.compiled_call is not None and self.cache.prefilled else self.model
-        with WindowAttention(self.model):
-            logits = forward(
-                input_ids=all_ids,
-                attention_mask=attention_mask,
-                position_ids=all_positions,
-                cache=self.cache,
-                use_cache=True,
-                logits_to_keep=logits_to_keep,
-            ).logits
+        logits = window_forward(forward, self.model, self.cache, all_ids, attention_mask, all_positions, logits_to_keep)
         return logits.index_select(0, rows)  # a copy: a CUDA graph's output is overwritten by its next replay
 
 

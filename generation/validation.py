@@ -1,8 +1,8 @@
 """Every check of a WeDLM `generate` request, run once per call before anything is allocated.
 
 `check_request` refuses options WeDLM decoding would otherwise ignore (before settings are resolved);
-`check_settings` the combinations of resolved settings and the model/request they cannot serve; `prompt_mask` reads
-and checks the prompt's padding. `position_limit_error` is the one prompt + max_new_tokens check that the batch
+`check_settings` the combinations of resolved settings and the model/request they cannot serve; `checked_prompt`
+reads and checks the prompt's padding and length. `position_limit_error` is the one prompt + max_new_tokens check that the batch
 jobs, the command line and the benchmarks call too.
 """
 
@@ -20,12 +20,11 @@ class UnsupportedRequest(ValueError):
     """A `generate` option that WeDLM decoding cannot honour (transformers' usual decoding may)."""
 
 
-def reject_unsupported(generation_config: GenerationConfig, options: dict | None = None) -> None:
-    """Refuse the generation options that WeDLM decoding would otherwise ignore; `options` (the call's keywords)
-    override the generation config's attributes."""
+def reject_unsupported(generation_config: GenerationConfig) -> None:
+    """Refuse the generation options that WeDLM decoding would otherwise ignore."""
 
     def given(name: str):
-        return (options or {}).get(name, getattr(generation_config, name, None))
+        return getattr(generation_config, name, None)
 
     num_beams = given("num_beams")
     if num_beams is not None and num_beams > 1:
@@ -42,17 +41,24 @@ def reject_unsupported(generation_config: GenerationConfig, options: dict | None
                 f"there are no per-token {name[7:]} to return; run `model(output.sequences, {name}=True)` on the "
                 "generated sequences instead."
             )
-    if given("cache_implementation") not in (None, "static"):
-        raise UnsupportedRequest(
-            f"`cache_implementation={given('cache_implementation')!r}`: WeDLM decoding builds its own cache "
-            "(`WeDLMCache`, which crops what a window forward wrote, or with `cache_implementation='static'` the "
-            "fixed-shape `WindowStaticCache`); drop `cache_implementation` (pass `cache_implementation=None` where "
-            "the generation config sets it) or pass 'static'."
-        )
+    reject_cache_implementation(given("cache_implementation"))
     if given("use_cache") is False:
         raise UnsupportedRequest(
             "`use_cache=False`: WeDLM decoding needs the KV cache (committed tokens are never recomputed); drop "
             "`use_cache=False`."
+        )
+
+
+def reject_cache_implementation(cache_implementation: str | None) -> None:
+    """WeDLM builds its own cache. transformers acts on this option (a paged cache switches to continuous
+    batching) before it hands the loop to a `custom_generate` callable, so `generate(decoding="wedlm")` checks the
+    call's value up front as well."""
+    if cache_implementation not in (None, "static"):
+        raise UnsupportedRequest(
+            f"`cache_implementation={cache_implementation!r}`: WeDLM decoding builds its own cache "
+            "(`WeDLMCache`, which crops what a window forward wrote, or with `cache_implementation='static'` the "
+            "fixed-shape `WindowStaticCache`); drop `cache_implementation` (pass `cache_implementation=None` where "
+            "the generation config sets it) or pass 'static'."
         )
 
 
@@ -140,14 +146,26 @@ def _check_special_tokens(settings: WeDLMSettings, generation_config: Generation
         )
 
 
-def prompt_mask(input_ids: torch.LongTensor, model_kwargs: dict) -> tuple[torch.Tensor, list[int]]:
-    """The prompt's 2D padding mask, checked (WeDLM needs left padding and at least one real token per row), and
-    each row's prompt length."""
+def checked_prompt(
+    model: PreTrainedModel, input_ids: torch.LongTensor, model_kwargs: dict, max_new_tokens: int
+) -> tuple[torch.Tensor, list[int]]:
+    """The prompt's 2D padding mask, checked (WeDLM needs left padding and at least one real token per row, and
+    room for `max_new_tokens` after the longest), and each row's prompt length."""
     if input_ids.shape[1] == 0:
         raise ValueError("`input_ids` is empty: WeDLM decoding needs at least one prompt token (e.g. the BOS token).")
     attention_mask = model_kwargs.get("attention_mask")
     if attention_mask is None:
-        return torch.ones_like(input_ids), [input_ids.shape[1]] * input_ids.shape[0]
+        attention_mask, lengths = torch.ones_like(input_ids), [input_ids.shape[1]] * input_ids.shape[0]
+    else:
+        lengths = _checked_padding(input_ids, attention_mask)
+    problem = position_limit_error(model, max(lengths), max_new_tokens)
+    if problem is not None:
+        raise ValueError(f"The longest prompt: {problem}")
+    return attention_mask, lengths
+
+
+def _checked_padding(input_ids: torch.LongTensor, attention_mask: torch.Tensor) -> list[int]:
+    """Each row's prompt length from its padding mask, which must be left padding with a real token per row."""
     if attention_mask.shape != input_ids.shape:
         raise ValueError(
             f"`attention_mask` must have the shape of `input_ids` {tuple(input_ids.shape)}, "
@@ -162,15 +180,18 @@ def prompt_mask(input_ids: torch.LongTensor, model_kwargs: dict) -> tuple[torch.
             "`attention_mask` has padding after a prompt token (right padding). WeDLM decoding, like every "
             "decoder-only generation, needs left padding: set `tokenizer.padding_side = 'left'`."
         )
-    return attention_mask, lengths
+    return lengths
 
 
-def position_limit_error(model: PreTrainedModel, prompt_tokens: int, max_new_tokens: int) -> str | None:
-    """Why `prompt_tokens` + `max_new_tokens` do not fit the model's positions, or None if they do."""
+def position_limit_error(
+    model: PreTrainedModel, prompt_tokens: int, max_new_tokens: int, budget_name: str = "max_new_tokens"
+) -> str | None:
+    """Why `prompt_tokens` + `max_new_tokens` do not fit the model's positions, or None if they do; the message
+    names the budget as the caller's user sets it (`budget_name`)."""
     limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
     if limit is None or prompt_tokens + max_new_tokens <= limit:
         return None
     return (
-        f"{prompt_tokens} prompt tokens plus max_new_tokens={max_new_tokens} exceed the model's "
-        f"max_position_embeddings ({limit}); shorten the prompt or lower max_new_tokens."
+        f"{prompt_tokens} prompt tokens plus {budget_name}={max_new_tokens} exceed the model's "
+        f"max_position_embeddings ({limit}); shorten the prompt or lower {budget_name}."
     )

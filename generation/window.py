@@ -13,13 +13,25 @@ import torch
 
 @dataclass(frozen=True)
 class WindowLayout:
-    """What every row's window shares: sizes, the mask id and the slot indices."""
+    """What every row's window shares: sizes, the mask id, the slot indices and the feed-order keys.
+
+    Invariant of every running row between steps: slots at or past its window `length` hold the mask id, so a
+    slot is filled exactly when it is not the mask id (no separate liveness test)."""
 
     mask_id: int
     window_size: int
     max_new_tokens: int
     slots: torch.Tensor
     """(1, width) slot indices: broadcasts against (rows, slots)."""
+    mask_keys: torch.Tensor
+    dead_keys: torch.Tensor
+    """Sort keys that put live mask slots after the filled ones, and dead slots after both (`feed_order`)."""
+
+    @classmethod
+    def create(cls, mask_id: int, window_size: int, max_new_tokens: int, device: torch.device) -> "WindowLayout":
+        width = 2 * window_size  # a window plus the slots appended before a commit
+        slots = torch.arange(width, device=device)[None]
+        return cls(mask_id, window_size, max_new_tokens, slots, slots + width, slots + 2 * width)
 
     @property
     def width(self) -> int:
@@ -113,31 +125,33 @@ class WindowState:
             value = getattr(self, field.name)
             if value is not None:
                 theirs = getattr(other, field.name)
-                setattr(self, field.name, value.join(theirs) if isinstance(value, WindowScores) else torch.cat([value, theirs]))
+                joined = value.join(theirs) if isinstance(value, WindowScores) else torch.cat([value, theirs])
+                setattr(self, field.name, joined)
 
 
 @dataclass
 class StepPlan:
     """What a policy decided before a forward, per running row: the window length to feed, the window's start
-    among the generated tokens, and how many leading filled slots it counted (plain: committed; lossless: the
-    certain token and its drafts). `checks` are 0-dim tensors the step sync reads with everything else."""
+    among the generated tokens, which slots are filled and how many lead (plain: committed; lossless: the certain
+    token and its drafts). `checks` are 0-dim tensors the step sync reads with everything else."""
 
     length: torch.Tensor
     start: torch.Tensor
+    filled: torch.Tensor
+    """(rows, width) slots holding a token (the window does not change between the plan and the forward)."""
     leading: torch.Tensor
     all_columns: bool = False
     """Whether the policy needs the logits of every fed column, not only of the mask columns."""
     checks: tuple[torch.Tensor, ...] = ()
 
     def select(self, index: torch.Tensor) -> None:
-        self.length, self.start, self.leading = self.length[index], self.start[index], self.leading[index]
+        self.length, self.start = self.length[index], self.start[index]
+        self.filled, self.leading = self.filled[index], self.leading[index]
 
     def join(self, other: "StepPlan") -> None:
         """Append `other`'s rows; its checks were read in its own sync."""
-        self.length, self.start, self.leading = (
-            torch.cat([mine, theirs])
-            for mine, theirs in ((self.length, other.length), (self.start, other.start), (self.leading, other.leading))
-        )
+        self.length, self.start = torch.cat([self.length, other.length]), torch.cat([self.start, other.start])
+        self.filled, self.leading = torch.cat([self.filled, other.filled]), torch.cat([self.leading, other.leading])
 
 
 @dataclass
@@ -155,25 +169,24 @@ class Forward:
     """How many of the last fed columns hold mask slots in every row."""
 
 
-def leading_filled(state: WindowState, layout: WindowLayout, blockwise: bool = False) -> torch.Tensor:
-    """Filled slots at the front of each row's live window; `blockwise` (the paper's baseline) counts a window
-    only once it is completely filled."""
-    live = layout.slots < state.length[:, None]
-    filled = (state.window != layout.mask_id) & live
+def leading_filled(
+    state: WindowState, layout: WindowLayout, blockwise: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Which slots are filled, and how many at the front of each row's window (the layout's invariant keeps them
+    inside it); `blockwise` (the paper's baseline) counts a window only once it is completely filled."""
+    filled = state.window != layout.mask_id
     leading = filled.int().cumprod(1).sum(1)
     if blockwise:
-        leading = torch.where(leading == state.length, leading, torch.zeros_like(leading))
-    return leading
+        leading = leading.masked_fill(leading != state.length, 0)
+    return filled, leading
 
 
-def feed_order(state: WindowState, layout: WindowLayout, length: torch.Tensor) -> torch.Tensor:
-    """(rows, width) the slot fed at each physical column: filled live slots first, then mask live slots, then
-    dead slots, each group in slot order."""
-    slots, width = layout.slots, layout.width
-    live = slots < length[:, None]
-    filled = (state.window != layout.mask_id) & live
-    order_key = torch.where(filled, slots, torch.where(live, width + slots, 2 * width + slots))
-    return order_key.argsort(dim=1)
+def feed_order(filled: torch.Tensor, layout: WindowLayout, length: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, width) the slot fed at each physical column: filled slots first, then the window's mask slots, then
+    dead slots (past `length`), each group in slot order; and which slots are live."""
+    live = layout.slots < length[:, None]
+    order_key = torch.where(filled, layout.slots, torch.where(live, layout.mask_keys, layout.dead_keys))
+    return order_key.argsort(dim=1), live
 
 
 def shift(
@@ -182,9 +195,8 @@ def shift(
     """Drop each row's first `by` slots of a window of `length`; return, for each remaining slot of the first
     `window_size`, where the last forward's logits of it are (`physical`: the same per slot before the shift)."""
     source = (layout.slots + by[:, None]).clamp(max=layout.width - 1)
-    in_window = layout.slots < (length - by)[:, None]
-    state.window = torch.where(in_window, state.window.gather(1, source), layout.mask_id)
     state.length = length - by
+    state.window = state.window.gather(1, source).masked_fill(layout.slots >= state.length[:, None], layout.mask_id)
     state.fill_step = state.fill_step.gather(1, source)
     state.scores.shift(source)
     return physical.gather(1, source[:, : layout.window_size])

@@ -2,10 +2,13 @@
 
 A WeDLM checkpoint is a Qwen2.5- or Qwen3-layout causal LM; the config is Qwen3's plus `qk_norm` and
 `mask_token_id`. The layout follows the authors' engine, which reads only `attention_bias`: q/k/v bias without
-q/k norm (Qwen2.5, WeDLM-7B) when it is true, q/k norm without bias (Qwen3, WeDLM-8B) when it is false.
+q/k norm (Qwen2.5, WeDLM-7B) when it is true, q/k norm without bias (Qwen3, WeDLM-8B) when it is false. As in the
+authors' config class, `head_dim` defaults to `hidden_size // num_attention_heads`; the tensor-parallel plan is
+that of the layout's layers.
 """
 
 from huggingface_hub.dataclasses import strict
+from transformers.models.qwen2.configuration_qwen2 import Qwen2Config
 from transformers.models.qwen3.configuration_qwen3 import Qwen3Config
 from transformers.utils import logging
 
@@ -31,6 +34,9 @@ class WeDLMConfig(Qwen3Config):
     qk_norm (`bool`, *optional*):
         RMS-normalise queries and keys per head. Defaults to `not attention_bias`; giving both with
         `qk_norm == attention_bias` is an error, since no WeDLM checkpoint has that layout.
+    head_dim (`int`, *optional*):
+        Width of each attention head. Defaults to `hidden_size // num_attention_heads`, as in the authors' config
+        class and Qwen2's layers (Qwen3's config would take 128, which fits only its own sizes).
     mask_token_id (`int`, *optional*):
         Id of the `[MASK]` token whose logits at logical position p predict the token at p. Defaults to 151665
         (with a log line) when `vocab_size` is a Qwen vocabulary's, otherwise stays unset.
@@ -38,11 +44,19 @@ class WeDLMConfig(Qwen3Config):
 
     model_type = "wedlm"
 
+    head_dim: int | None = None
     attention_bias: bool | None = None
     qk_norm: bool | None = None
     mask_token_id: int | None = None
 
+    @property
+    def base_model_tp_plan(self) -> dict[str, str]:
+        """The tensor-parallel plan of the layers this layout builds: Qwen2's has no q/k norm entries."""
+        return Qwen3Config.base_model_tp_plan if self.qk_norm else Qwen2Config.base_model_tp_plan
+
     def __post_init__(self, **kwargs):
+        if self.head_dim is None:
+            self.head_dim = self.hidden_size // self.num_attention_heads
         if self.attention_bias is None:
             self.attention_bias = True if self.qk_norm is None else not self.qk_norm
         if self.qk_norm is None:

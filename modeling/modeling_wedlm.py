@@ -1,14 +1,13 @@
 """WeDLM model: transformers' own Qwen2/Qwen3 layers under model_type "wedlm", with WeDLM decoding in `generate`.
 
-Nothing of the transformer is re-implemented. The only modelling change is *permutation awareness*: WeDLM feeds
-tokens in a physical order that differs from their RoPE (logical) order, and transformers reads non-monotonic
-`position_ids` without a mask or cache as packed sequences. `WeDLMModel.forward` therefore always hands the mask
-builders an explicit mask (and FlashAttention explicit sequence lengths), so reordered windows stay one sequence.
+Nothing of the transformer is re-implemented, its forward included: WeDLM feeds tokens in a physical order that
+differs from their RoPE (logical) order, and transformers reads non-monotonic `position_ids` without a mask or
+cache as packed sequences, but the decoding loop never makes such a call (every forward carries its cache, and
+FlashAttention explicit sequence lengths; generation/attention.py). A call without mask or cache therefore means
+what it means for Qwen3: padding-free packed rows (`DataCollatorWithFlattening`) stay separate sequences.
 """
 
-import torch
 from torch import nn
-from transformers.cache_utils import Cache
 from transformers.models.qwen2.modeling_qwen2 import Qwen2Attention, Qwen2DecoderLayer
 from transformers.models.qwen3.modeling_qwen3 import (
     Qwen3Attention,
@@ -21,7 +20,6 @@ from transformers.models.qwen3.modeling_qwen3 import (
 )
 
 from .configuration_wedlm import WeDLMConfig
-from ..generation.attention import explicit_attention_kwargs
 from ..generation.mixin import WeDLMGenerationMixin
 
 
@@ -50,33 +48,6 @@ class WeDLMModel(WeDLMPreTrainedModel, Qwen3Model):
         self.gradient_checkpointing = False
         self.has_sliding_layers = "sliding_attention" in config.layer_types
         self.post_init()
-
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        cache: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        **kwargs,
-    ):
-        if position_ids is not None and attention_mask is None:
-            reference = input_ids if input_ids is not None else inputs_embeds
-            past_length = cache.get_seq_length() if cache is not None else 0
-            attention_mask, extra = explicit_attention_kwargs(
-                self.config, reference.shape[0], reference.shape[1], past_length, reference.device
-            )
-            kwargs = {**extra, **kwargs}
-        return super().forward(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            cache=cache,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            **kwargs,
-        )
 
 
 class WeDLMForCausalLM(WeDLMGenerationMixin, WeDLMPreTrainedModel, Qwen3ForCausalLM):

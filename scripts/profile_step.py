@@ -1,7 +1,7 @@
 """Per-step overhead of WeDLM decoding: how much of a step is the model forward, and what the rest costs.
 
-Wraps (in this process only) the model's forward and the `WindowDecoder` / `WeDLMCache` / selection functions
-with wall-clock timers, decodes a few prompts, and prints per step: the forward, each strategy function's own
+Wraps (in this process only) the model's forward and the decoder's policies, backends, record, cache and window
+functions with wall-clock timers, decodes a few prompts, and prints per step: the forward, each strategy function's own
 time, and the unattributed remainder. Then a cProfile top list of the non-forward work. Run it at a small and a
 realistic vocabulary: the strategy's tensor work scales with window x vocab, the forward with the model.
 
@@ -11,6 +11,7 @@ realistic vocabulary: the strategy's tensor work scales with window x vocab, the
 import argparse
 import cProfile
 import functools
+import inspect
 import io
 import pstats
 import time
@@ -18,15 +19,19 @@ from collections import defaultdict
 
 import torch
 
-import wedlm_hf.generation.decoding as decoding
 from wedlm_hf.bench import random_model
 from wedlm_hf.bench.prompts import random_prompts
+from wedlm_hf.generation import dynamic, fill, lossless, loop, plain, record, static
 from wedlm_hf.generation.cache import WeDLMCache
 
-STRATEGY_CLASSES = (decoding.WindowDecoder, WeDLMCache)
+STRATEGY_CLASSES = (
+    plain.PlainPolicy, lossless.LosslessPolicy, fill.SlotFiller, record.OutputRecord, dynamic.DynamicBackend,
+    static.StaticBackend, WeDLMCache,
+)
 """Every method these classes define is timed (found by introspection, so refactors need no edit here)."""
-STRATEGY_FUNCTIONS = ("slot_entropy", "choose_slots", "flash_sequence_lengths", "prebuilt_attention_mask")
-"""Module-level helpers `decoding` imported; patched where `decoding` looks them up."""
+CALLING_MODULES = (loop, plain, lossless, fill, dynamic)
+"""Modules whose functions from `wedlm_hf.generation` (their own and the ones they import) are timed, patched
+where each module looks them up."""
 
 
 class Timers:
@@ -60,7 +65,10 @@ def timed_targets() -> list[tuple[object, str]]:
         (cls, name) for cls in STRATEGY_CLASSES for name, value in vars(cls).items()
         if callable(value) and name != "__init__" and not isinstance(value, (staticmethod, classmethod))
     ]
-    return methods + [(decoding, name) for name in STRATEGY_FUNCTIONS if hasattr(decoding, name)]
+    return methods + [
+        (module, name) for module in CALLING_MODULES for name, value in vars(module).items()
+        if inspect.isfunction(value) and value.__module__.startswith("wedlm_hf.generation")
+    ]
 
 
 def instrument(model, timers: Timers) -> dict:

@@ -8,7 +8,7 @@ import torch
 
 from tiny_models import tiny_model, random_prompts
 from wedlm_hf.bench import BenchConfig, build_arms, markdown, plot, run_bench, write_json
-from wedlm_hf.bench.runner import _agreement
+from wedlm_hf.bench.runner import agreement
 from wedlm_hf.cli import main
 
 ALL_ARMS = {
@@ -58,8 +58,8 @@ def test_agreements_are_sane(result):
     assert rows["nocache"].outputs == rows["wedlm"].outputs  # the reference decodes the same tokens
     for name in ("wedlm@1slot", "wedlm_blockwise@1slot"):
         assert rows[name].tokens_per_forward <= 1.0  # one slot per step
-    assert _agreement(rows["wedlm@1slot"].outputs, rows["wedlm@1slot"].outputs) == (1.0, 1.0)
-    assert _agreement([[1, 2, 3]], [[1, 2, 4, 5]]) == (0.0, 0.5)
+    assert agreement(rows["wedlm@1slot"].outputs, rows["wedlm@1slot"].outputs) == (1.0, 1.0)
+    assert agreement([[1, 2, 3]], [[1, 2, 4, 5]]) == (0.0, 0.5)
 
 
 def test_time_vs_length_covers_the_scaling_arms(result):

@@ -13,6 +13,7 @@ from transformers import (
     Qwen3Config,
     Qwen3ForCausalLM,
 )
+from transformers import masking_utils
 from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
 from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer
 from transformers.testing_utils import CaptureLogger
@@ -58,23 +59,41 @@ def test_layout_follows_attention_bias_like_the_authors_engine(tmp_path, attenti
     """A config written the authors' way (`attention_bias`, no `qk_norm`) loads transformers' own Qwen weights."""
     torch.manual_seed(0)
     qwen = qwen_class(qwen_config(**SHAPE, head_dim=16)).eval()
-    qwen.save_pretrained(tmp_path)
-    config = json.loads((tmp_path / "config.json").read_text())
-    assert "qk_norm" not in config
-    config.update(model_type="wedlm", architectures=["WeDLMForCausalLM"], attention_bias=attention_bias, mask_token_id=MASK_ID)
-    (tmp_path / "config.json").write_text(json.dumps(config))
-
-    model, info = AutoModelForCausalLM.from_pretrained(tmp_path, output_loading_info=True)
-    assert isinstance(model, wedlm_hf.WeDLMForCausalLM) and model.config.qk_norm is not attention_bias
-    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    model = _loaded_as_wedlm(qwen, tmp_path, attention_bias=attention_bias)
+    assert model.config.qk_norm is not attention_bias
     assert all(type(block) is layer for block in model.model.layers)
     assert (model.model.layers[0].self_attn.q_proj.bias is not None) is attention_bias
-    input_ids = torch.tensor([[5, 9, 14, 3]])
-    assert torch.equal(model(input_ids).logits, qwen(input_ids).logits)
 
     model.save_pretrained(tmp_path / "again")  # the derived field is written consistently and reloads the same
     reloaded = AutoConfig.from_pretrained(tmp_path / "again")
     assert (reloaded.attention_bias, reloaded.qk_norm) == (attention_bias, not attention_bias)
+
+
+def _loaded_as_wedlm(qwen, folder, **fields):
+    """`qwen` saved by transformers, its config.json rewritten as a WeDLM one (`fields` added, no `qk_norm`),
+    loaded through the Auto classes: every weight found with its own shape, and the same logits as `qwen`."""
+    qwen.save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())
+    assert "qk_norm" not in config
+    config.update(model_type="wedlm", architectures=["WeDLMForCausalLM"], mask_token_id=MASK_ID, **fields)
+    (folder / "config.json").write_text(json.dumps(config))
+    model, info = AutoModelForCausalLM.from_pretrained(folder, output_loading_info=True)
+    assert isinstance(model, wedlm_hf.WeDLMForCausalLM)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    input_ids = torch.tensor([[5, 9, 14, 3]])
+    assert torch.equal(model(input_ids).logits, qwen(input_ids).logits)
+    return model
+
+
+def test_config_without_head_dim_takes_hidden_size_over_heads(tmp_path):
+    """The authors' configs (and Qwen2's) carry no `head_dim`; Qwen3's default of 128 fits no other size."""
+    assert WeDLMConfig(vocab_size=96, hidden_size=64, num_attention_heads=4).head_dim == 16
+    assert WeDLMConfig(vocab_size=96, hidden_size=64, num_attention_heads=4, head_dim=32).head_dim == 32
+    torch.manual_seed(0)
+    qwen2 = Qwen2ForCausalLM(Qwen2Config(**SHAPE)).eval()
+    model = _loaded_as_wedlm(qwen2, tmp_path, attention_bias=True)
+    assert model.config.head_dim == SHAPE["hidden_size"] // SHAPE["num_attention_heads"] == 16
+    assert json.loads((tmp_path / "config.json").read_text()).get("head_dim") is None
 
 
 def test_contradicting_layout_fields_are_an_error(tmp_path):
@@ -120,33 +139,42 @@ def _reordered_window():
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
-def test_no_cache_reordered_forward_equals_cached(attn):
+def test_reordered_forward_with_mask_equals_cached(attn):
+    """A reordered window is one sequence whether it continues a cache or carries an explicit mask."""
     model = tiny_model("wedlm", attn=attn)
     prefix, window_tokens, window_positions = _reordered_window()
     ids = torch.tensor([prefix + window_tokens])
     positions = torch.tensor([list(range(len(prefix))) + window_positions])
-    no_cache = model(input_ids=ids, position_ids=positions, use_cache=False).logits[0, len(prefix) :]
+    no_cache = model(input_ids=ids, position_ids=positions, attention_mask=torch.ones_like(ids), use_cache=False)
 
     cache = wedlm_hf.WeDLMCache(key_mask=torch.ones(1, 0, dtype=torch.bool))
     model(input_ids=ids[:, : len(prefix)], position_ids=positions[:, : len(prefix)], cache=cache, use_cache=True)
     cached = model(
         input_ids=ids[:, len(prefix) :], position_ids=positions[:, len(prefix) :], cache=cache, use_cache=True
     ).logits[0]
-    assert torch.allclose(no_cache, cached, atol=1e-5)
+    assert torch.allclose(no_cache.logits[0, len(prefix) :], cached, atol=1e-5)
 
 
-def test_plain_qwen3_without_mask_would_treat_window_as_packed():
-    """The pitfall is real: transformers' own Qwen3 splits the reordered sequence, WeDLMModel does not."""
-    wedlm = tiny_model("wedlm")
-    qwen3 = Qwen3ForCausalLM(wedlm.config).eval()
-    qwen3.load_state_dict(wedlm.state_dict())
-    prefix, window_tokens, window_positions = _reordered_window()
-    ids = torch.tensor([prefix + window_tokens])
-    positions = torch.tensor([list(range(len(prefix))) + window_positions])
-    explicit = qwen3(input_ids=ids, position_ids=positions, attention_mask=torch.ones_like(ids), use_cache=False).logits
-    packed = qwen3(input_ids=ids, position_ids=positions, use_cache=False).logits
-    assert not torch.allclose(packed, explicit, atol=1e-4)
-    assert torch.allclose(wedlm(input_ids=ids, position_ids=positions, use_cache=False).logits, explicit, atol=1e-5)
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("options", [{}, {"wedlm_lossless": True}, {"wedlm_static": True}])
+def test_decoding_forwards_never_reach_the_packed_sequence_check(monkeypatch, attn, options):
+    """The pitfall is real (transformers splits a reordered window fed without mask or cache, see
+    test_modeling_conformance.py); WeDLM decoding never feeds one, so the model classes can keep packing."""
+
+    def packed_check(position_ids):
+        raise AssertionError(f"a decoding forward was read as packed sequences: {position_ids.tolist()}")
+
+    monkeypatch.setattr(masking_utils, "find_packed_sequence_indices", packed_check)
+    model = tiny_model("wedlm", peak=40, attn=attn)
+    input_ids, attention_mask = random_prompts([6])
+    output = model.generate(
+        input_ids=input_ids, attention_mask=attention_mask, decoding="wedlm", max_new_tokens=12,
+        return_dict_in_generate=True, **options,
+    )
+    stats = output.wedlm_stats
+    assert stats.processed[0] > 2 * stats.model_calls, "the test needs forwards wider than one token"
+    fill_steps = stats.fill_steps[0]
+    assert options.get("wedlm_lossless") or fill_steps != sorted(fill_steps), "and windows fed out of slot order"
 
 
 def test_flash_attention_gets_explicit_sequence_lengths(monkeypatch):

@@ -1,12 +1,14 @@
 """One way to turn a model name the user typed into a loaded model and tokenizer, for every command.
 
-A name is a local folder or Hub id (what `from_pretrained` takes; a PEFT adapter folder loads its base through
-transformers' PEFT integration), `folder:file.gguf` (a GGUF file inside a folder), or one of the short names in
-`NAMED_MODELS`. A model loaded from GGUF is rebuilt as a plain model from the dequantized weights, because
+A name is a local folder or Hub id (what `from_pretrained` takes), `folder:file.gguf` (a GGUF file inside a
+folder), one of the short names in `NAMED_MODELS`, or a local PEFT adapter folder (`wedlm-hf finetune --lora-r`):
+its base (any of the above, e.g. `smollm2`) is loaded and the adapter merged into it, and the adapter folder's
+tokenizer and generation config (mask token, WeDLM defaults) are the ones used. A model loaded from GGUF is rebuilt as a plain model from the dequantized weights, because
 transformers refuses to save or fine-tune a GGUF-loaded model.
 """
 
 import functools
+import json
 import os
 import shutil
 import tempfile
@@ -69,6 +71,8 @@ def load_model_and_tokenizer(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The model (eval mode, not yet WeDLM-enabled) and tokenizer that `name` stands for (see the module docstring)."""
     path = resolve(name)
+    if (Path(path).expanduser() / ADAPTER_CONFIG).is_file():
+        return load_adapter(Path(path).expanduser(), dtype, **model_kwargs)
     folder, gguf = split_gguf(path)
     if gguf is None:
         tokenizer = AutoTokenizer.from_pretrained(path)
@@ -78,6 +82,32 @@ def load_model_and_tokenizer(
     tokenizer = AutoTokenizer.from_pretrained(saved)
     model = AutoModelForCausalLM.from_pretrained(saved, dtype=torch.float32 if dtype == "auto" else dtype, **model_kwargs)
     return model.eval(), tokenizer
+
+
+ADAPTER_CONFIG = "adapter_config.json"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def load_adapter(folder: Path, dtype, **model_kwargs) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The adapter's base with the adapter merged in (a plain model again: `enable` and decoding need no PEFT at
+    run time), with the adapter folder's tokenizer and generation config."""
+    from transformers import GenerationConfig
+
+    try:
+        from peft import PeftModel
+    except ImportError as error:
+        raise ImportError(f"{folder} is a PEFT adapter: loading it needs `pip install peft`") from error
+    base_name = json.loads((folder / ADAPTER_CONFIG).read_text(encoding="utf-8")).get("base_model_name_or_path")
+    if not base_name:
+        raise ValueError(f"adapter folder {str(folder)!r}: its adapter_config.json names no base model")
+    base, base_tokenizer = load_model_and_tokenizer(base_name, dtype=dtype, **model_kwargs)
+    model = PeftModel.from_pretrained(base, folder).merge_and_unload()
+    if (folder / "generation_config.json").is_file():
+        model.generation_config = GenerationConfig.from_pretrained(folder)
+        model.config.mask_token_id = getattr(model.generation_config, "mask_token_id", None)
+    # PEFT's own save_pretrained writes no tokenizer; `wedlm-hf finetune` writes the one with the mask token
+    has_tokenizer = any((folder / name).is_file() for name in TOKENIZER_FILES)
+    return model.eval(), AutoTokenizer.from_pretrained(folder) if has_tokenizer else base_tokenizer
 
 
 @functools.cache

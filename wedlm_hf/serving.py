@@ -12,14 +12,9 @@ from transformers import GenerationConfig, PreTrainedModel
 from transformers.cli.serving import model_manager
 
 import wedlm_hf
+from wedlm_hf.generation.options import OPTIONS
 
-GENERATION_OPTIONS = (
-    "wedlm_window_size",
-    "wedlm_entropy_threshold",
-    "wedlm_pos_penalty_factor",
-    "wedlm_lossless",
-    "mask_token_id",
-)
+GENERATION_OPTIONS = tuple(option.keyword for option in OPTIONS if option.in_serve)
 """Generation config attributes that `serve` may set for every request."""
 
 

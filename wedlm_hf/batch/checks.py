@@ -10,6 +10,7 @@ import copy
 from transformers import PreTrainedModel
 
 from ..generation import WeDLMSettings
+from ..generation.validation import position_limit_error
 from .plan import group_key
 from .rows import PromptRow, RowError
 
@@ -23,14 +24,10 @@ def check_generation_settings(
         key = group_key(row.overrides)
         if key not in new_tokens:
             new_tokens[key] = _check_group(model, row, {**generate_kwargs, **row.overrides})
-    limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
     for row, ids in zip(rows, token_ids):
-        budget = new_tokens[group_key(row.overrides)]
-        if limit is not None and len(ids) + budget > limit:
-            raise RowError(
-                f"{row.where}: {len(ids)} prompt tokens plus max_new_tokens={budget} exceed the model's "
-                f"max_position_embeddings ({limit}); shorten the prompt or lower max_new_tokens."
-            )
+        problem = position_limit_error(model, len(ids), new_tokens[group_key(row.overrides)])
+        if problem is not None:
+            raise RowError(f"{row.where}: {problem}")
     return new_tokens
 
 

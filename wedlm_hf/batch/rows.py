@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from numbers import Real
 from pathlib import Path
 
+from ..generation.options import OPTIONS
+
 OVERRIDES: dict[str, str] = {
     "max_new_tokens": "an integer > 0",
     "do_sample": "true or false",
@@ -17,11 +19,7 @@ OVERRIDES: dict[str, str] = {
     "top_k": "an integer",
     "top_p": "a number",
     "stop_strings": "a string or a list of strings",
-    "wedlm_window_size": "an integer >= 1",
-    "wedlm_entropy_threshold": "a number >= 0 or null",
-    "wedlm_pos_penalty_factor": "a number >= 0",
-    "wedlm_lossless": "true or false",
-    "wedlm_blockwise": "true or false",
+    **{option.keyword: option.accepts for option in OPTIONS if option.in_rows},
 }
 """The generation keywords a row may set for itself, with the JSON type each takes."""
 

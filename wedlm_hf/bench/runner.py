@@ -19,6 +19,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ..generation.settings import DEFAULT_WINDOW_SIZE
+from ..generation.validation import position_limit_error
 from .arms import BASELINE, COMPILED_FAMILIES, FAMILIES, Arm, Decoded, build_arms
 
 SCALING_LENGTHS = (64, 128, 256, 512, 1024)
@@ -57,6 +58,8 @@ class ArmResult:
     tokens_per_s_repeats: list[float] = field(default_factory=list)
     outputs: list[list[int]] = field(default_factory=list)
     """The continuation of every prompt (instrumented pass), for quality checks beyond agreement with ar."""
+    wedlm_totals: dict[str, int] | None = None
+    """WeDLM arms: the counts of `WeDLMStats.summary()` summed over the prompts (lossless: drafted, accepted)."""
 
 
 @dataclass
@@ -123,13 +126,22 @@ def _rotated(items: Sequence, shift: int) -> list:
     return list(items[shift:]) + list(items[:shift])
 
 
-def _agreement(outputs: list[list[int]], baseline: list[list[int]]) -> tuple[float, float]:
-    """Share of identical continuations, and mean share of positions (over the longer one) holding the same token."""
+def agreement(outputs: list[list[int]], baseline: list[list[int]]) -> tuple[float, float]:
+    """Share of identical continuations, and their mean token match: per pair, the positions i where both hold
+    the same token, over the longer one's length (positionwise, so a shifted token counts as a mismatch)."""
     identical = sum(a == b for a, b in zip(outputs, baseline)) / len(outputs)
     match = [
         sum(x == y for x, y in zip(a, b)) / max(len(a), len(b), 1) for a, b in zip(outputs, baseline)
     ]
     return identical, sum(match) / len(match)
+
+
+def _summed_counts(decoded: list[Decoded]) -> dict[str, int] | None:
+    """The integer counts of the WeDLM stats summaries summed over the prompts; None for arms without stats."""
+    if any(d.stats is None for d in decoded):
+        return None
+    keys = [key for key, value in decoded[0].stats.items() if isinstance(value, int)]
+    return {key: sum(d.stats[key] for d in decoded) for key in keys}
 
 
 def _p_cache(decoded: list[Decoded], prompts: list[list[int]], counter: ForwardCounter) -> float:
@@ -161,7 +173,7 @@ def bench_prompt_set(
             for _ in prompts:
                 tick()
         outputs[arm.name] = [d.tokens for d in decoded]
-        measured[arm.name] = (counter, rss, _p_cache(decoded, prompts, counter))
+        measured[arm.name] = (counter, rss, _p_cache(decoded, prompts, counter), _summed_counts(decoded))
 
     seconds = {arm.name: [0.0] * config.repeats for arm in arms}
     tokens = {arm.name: [0] * config.repeats for arm in arms}
@@ -177,9 +189,9 @@ def bench_prompt_set(
 
     results = []
     for arm in arms:
-        counter, rss, p_cache = measured[arm.name]
+        counter, rss, p_cache, totals = measured[arm.name]
         generated = sum(len(t) for t in outputs[arm.name])
-        agreement = _agreement(outputs[arm.name], outputs[BASELINE]) if BASELINE in outputs else (None, None)
+        identical, token_match = agreement(outputs[arm.name], outputs[BASELINE]) if BASELINE in outputs else (None, None)
         speedup = (
             statistics.median(a / b for a, b in zip(speeds[arm.name], speeds[BASELINE])) if BASELINE in speeds else None
         )
@@ -196,10 +208,11 @@ def bench_prompt_set(
                 p_cache=p_cache,
                 peak_rss_mib=rss.peak / 2**20,
                 rss_growth_mib=rss.growth / 2**20,
-                identical=agreement[0],
-                token_match=agreement[1],
+                identical=identical,
+                token_match=token_match,
                 tokens_per_s_repeats=speeds[arm.name],
                 outputs=outputs[arm.name],
+                wedlm_totals=totals,
             )
         )
     return results
@@ -294,12 +307,12 @@ def _compile_options(
 
 def _fitting_lengths(model: PreTrainedModel, prompt_length: int, lengths: Sequence[int]) -> tuple[int, ...]:
     """The lengths that fit the model's positions after the prompt (decoding refuses the others); warns on drops."""
-    limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
-    fitting = tuple(n for n in lengths if limit is None or prompt_length + n <= limit)
+    fitting = tuple(n for n in lengths if position_limit_error(model, prompt_length, n) is None)
     if len(fitting) < len(lengths):
+        longest = max(set(lengths) - set(fitting))
         warnings.warn(
-            f"time vs length: skipping lengths {sorted(set(lengths) - set(fitting))}: a {prompt_length}-token prompt "
-            f"plus that many tokens exceeds max_position_embeddings={limit}",
+            f"time vs length: skipping lengths {sorted(set(lengths) - set(fitting))}: "
+            f"{position_limit_error(model, prompt_length, longest)}",
             stacklevel=2,
         )
     return fitting

@@ -11,18 +11,11 @@ import torch
 
 import wedlm_hf
 from wedlm_hf.commands.generate_batch import add_batch_arguments, run_batch, uses_batch_mode
-from wedlm_hf.generation.settings import (
-    DEFAULT_ENTROPY_THRESHOLD,
-    DEFAULT_POS_PENALTY_FACTOR,
-    DEFAULT_WINDOW_SIZE,
-)
+from wedlm_hf.generation.options import BY_SETTING, OPTIONS
+from wedlm_hf.generation.validation import position_limit_error
 
-WEDLM_OPTIONS = {  # command-line option: generate keyword
-    "window_size": "wedlm_window_size",
-    "threshold": "wedlm_entropy_threshold",
-    "penalty": "wedlm_pos_penalty_factor",
-    "mask_token_id": "mask_token_id",
-}
+WEDLM_OPTIONS = {option.cli: option.keyword for option in OPTIONS if option.cli}
+"""Command-line option (argparse dest) -> generate keyword."""
 ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
 
 
@@ -71,20 +64,15 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def add_wedlm_arguments(wedlm: argparse._ArgumentGroup) -> None:
     """The WeDLM options shared by `generate` and `serve` (read back by `wedlm_keywords`)."""
-    wedlm.add_argument(
-        "--window-size", type=int, help="slots decoded in parallel (W); " + default_help("wedlm_window_size", DEFAULT_WINDOW_SIZE)
-    )
-    wedlm.add_argument(
-        "--threshold",
-        type=parse_threshold,
-        help="entropy threshold, 'none' = one slot per step; "
-        + default_help("wedlm_entropy_threshold", DEFAULT_ENTROPY_THRESHOLD),
-    )
-    wedlm.add_argument(
-        "--penalty",
-        type=float,
-        help="entropy penalty per slot of distance; " + default_help("wedlm_pos_penalty_factor", DEFAULT_POS_PENALTY_FACTOR),
-    )
+    for setting, kind, text in (
+        ("window_size", int, "slots decoded in parallel (W); "),
+        ("entropy_threshold", parse_threshold, "entropy threshold, 'none' = one slot per step; "),
+        ("pos_penalty_factor", float, "entropy penalty per slot of distance; "),
+    ):
+        option = BY_SETTING[setting]
+        wedlm.add_argument(
+            "--" + option.cli.replace("_", "-"), type=kind, help=text + default_help(option.keyword, option.default)
+        )
     wedlm.add_argument("--mask-token-id", type=int, help="for models whose config names none")
 
 
@@ -171,12 +159,9 @@ def encode(tokenizer, model, prompt: str, chat: bool, max_new_tokens: int) -> di
     length = inputs["input_ids"].shape[1]
     if length == 0:
         raise ValueError("the prompt encodes to no tokens: decoding needs at least one prompt token")
-    limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
-    if limit is not None and length + max_new_tokens > limit:
-        raise ValueError(
-            f"the prompt ({length} tokens) plus --max-new-tokens {max_new_tokens} exceeds the model's {limit} "
-            "positions: shorten the prompt or lower --max-new-tokens"
-        )
+    problem = position_limit_error(model, length, max_new_tokens, budget_name="--max-new-tokens")
+    if problem is not None:
+        raise ValueError(problem)
     return {name: tensor.to(model.device) for name, tensor in inputs.items()}
 
 

@@ -22,10 +22,11 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteriaList
 from transformers import StopStringCriteria
 
-from ..generation.decoding import policy_counters, special_token_ids, start_decoding, window_layout
+from ..generation.decoding import output_record, policy_class, start_decoding
 from ..generation.loop import DecodeLoop
 from ..generation.record import OutputRecord
 from ..generation.settings import WeDLMSettings
+from ..generation.window import WindowLayout
 from ..generation.validation import check_request, check_settings, position_limit_error
 from .requests import CANCELLED, ERROR, LENGTH, STOP, GenerationRequest, RequestResult, RequestUpdate
 
@@ -73,14 +74,16 @@ class WeDLMScheduler:
             raise ValueError("The model declares no max_position_embeddings: pass `max_sequence_length=`.")
         self.max_sequence_length = int(limit)
         self.max_batch_size, self.max_batch_tokens = max_batch_size, max_batch_tokens
-        self.layout = window_layout(self.settings, self.max_sequence_length, device)
-        self.eos_ids, self.pad_id = special_token_ids(config, device)
+        self.layout = WindowLayout.create(
+            self.settings.mask_token_id, self.settings.window_size, self.max_sequence_length, device
+        )
         self.queue: deque[GenerationRequest] = deque()
         self.slots: list[Slot | None] = [None] * max_batch_size
         self.running_slots: list[int] = []
         """The slot of each running row, in the running batch's row order."""
         self.cancelled: set[str] = set()
         self.running = self._empty_batch()
+        self.pad_id = self.running.record.pad_id
 
     # ----- requests in -----
 
@@ -223,16 +226,16 @@ class WeDLMScheduler:
         return list(StoppingCriteriaList([StopStringCriteria(self.tokenizer, request.stop_strings)]))
 
     def _record(self, input_ids: torch.Tensor) -> OutputRecord:
-        return OutputRecord(
-            input_ids, self.layout, self.pad_id, self.eos_ids, StoppingCriteriaList(), None, (), self.vocab_size,
-            policy_counters(self.settings),
+        return output_record(
+            input_ids, self.layout, self.config, StoppingCriteriaList(), None, (), self.vocab_size,
+            policy_class(self.settings),
         )
 
     def _empty_batch(self) -> DecodeLoop:
         """A running batch of no rows, over an output record of `max_batch_size` slots whose prompts are
         right-aligned to the longest a request may have."""
         shape = (self.max_batch_size, self.max_sequence_length)
-        prompts = torch.full(shape, self.pad_id, dtype=torch.long, device=self.device)
+        prompts = torch.zeros(shape, dtype=torch.long, device=self.device)  # `adopt` pads each row it fills
         budgets = torch.zeros(self.max_batch_size, dtype=torch.long, device=self.device)
         loop = start_decoding(
             self.model, prompts, torch.zeros_like(prompts), True, budgets, self.layout, self.settings, self.config,

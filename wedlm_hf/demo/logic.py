@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from numbers import Real
 
+from wedlm_hf.generation.options import BY_SETTING
 from wedlm_hf.generation.settings import (
     DEFAULT_ENTROPY_THRESHOLD,
     DEFAULT_POS_PENALTY_FACTOR,
@@ -71,9 +72,10 @@ SLIDERS: dict[str, SliderSpec] = {
 checkpoint's generation config instead, see `checkpoint_defaults`."""
 
 CHECKPOINT_KEYS = {
-    "window_size": "wedlm_window_size",
-    "entropy_threshold": "wedlm_entropy_threshold",
-    "pos_penalty": "wedlm_pos_penalty_factor",
+    slider: BY_SETTING[setting].keyword
+    for slider, setting in (
+        ("window_size", "window_size"), ("entropy_threshold", "entropy_threshold"), ("pos_penalty", "pos_penalty_factor")
+    )
 }
 """Sliders a checkpoint's generation config may set, and the attribute it sets them with."""
 

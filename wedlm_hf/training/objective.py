@@ -50,9 +50,15 @@ class DualStreamCollator:
     Returns `input_ids`, `position_ids` (2L each), the 4D `attention_mask`, `labels` (next token on the memory
     stream, own-position token on masked prediction slots, `-100` elsewhere) and `loss_weights`, already scaled
     so that `dual_stream_loss` is the per-token masked-diffusion loss plus `ar_weight` times the per-token AR
-    loss. Block b masks m_b ~ U{1..B} tokens (g_b = m_b/B, weight 1/g_b). With probability `suffix_prob` the
-    masks are the block's last m_b tokens instead of a random subset: decoding fills windows left to right, so
-    masks trailing a filled prefix are the case inference meets most.
+    loss. Block b masks m_b of its n_b maskable tokens, m_b = ceil(k * n_b / B) with k ~ U{1..B}
+    (g_b = m_b / n_b, weight 1/g_b). With probability `suffix_prob` the masks are the block's last m_b maskable
+    tokens instead of a random subset: decoding fills windows left to right, so masks trailing a filled prefix are
+    the case inference meets most.
+
+    A feature may carry `maskable` (bool per token, default all true): only those tokens are ever masked and
+    predicted, and only they are next-token targets of the AR loss. That is how SFT keeps the prompt observed, as
+    decoding sees it, and how right padding carries no loss (padding sits after every real token, so causal
+    attention never lets a real token see it).
     """
 
     mask_token_id: int
@@ -73,16 +79,22 @@ class DualStreamCollator:
     def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
         x0 = torch.stack([torch.as_tensor(f["input_ids"], dtype=torch.long) for f in features])
         batch, length = x0.shape
-        order, masked, weight = self._sample_blocks(batch, length)
+        maskable = torch.stack(
+            [torch.as_tensor(f["maskable"], dtype=torch.bool) if "maskable" in f else torch.ones(length, dtype=torch.bool) for f in features]
+        )
+        order, masked, weight = self._sample_blocks(maskable)
         xt = torch.gather(x0, 1, order).masked_fill(masked, self.mask_token_id)
 
         positions = torch.arange(length).expand(batch, length)
+        ar_target = torch.zeros_like(maskable)
+        ar_target[:, :-1] = maskable[:, 1:]
         memory_labels = torch.full_like(x0, IGNORE_INDEX)
         memory_labels[:, :-1] = x0[:, 1:]
+        memory_labels = memory_labels.masked_fill(~ar_target, IGNORE_INDEX)
         prediction_labels = torch.where(masked, torch.gather(x0, 1, order), IGNORE_INDEX)
-        memory_weights = torch.full((batch, length), self.ar_weight / max(length - 1, 1))
-        memory_weights[:, -1] = 0.0
-        prediction_weights = torch.where(masked, weight / length, 0.0)
+        ar_count = ar_target.sum(dim=1, keepdim=True).clamp(min=1)
+        memory_weights = torch.where(ar_target, self.ar_weight / ar_count, 0.0)
+        prediction_weights = torch.where(masked, weight / maskable.sum(dim=1, keepdim=True).clamp(min=1), 0.0)
         return {
             "input_ids": torch.cat([x0, xt], dim=1),
             "position_ids": torch.cat([positions, order], dim=1),
@@ -91,24 +103,29 @@ class DualStreamCollator:
             "loss_weights": torch.cat([memory_weights, prediction_weights], dim=1),
         }
 
-    def _sample_blocks(self, batch: int, length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _sample_blocks(self, maskable: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per row: physical->logical position map, mask flags (physical order) and each slot's 1/g weight."""
+        batch, length = maskable.shape
         order = torch.empty(batch, length, dtype=torch.long)
         masked = torch.zeros(batch, length, dtype=torch.bool)
         weight = torch.zeros(batch, length)
         for start in range(0, length, self.block_size):
             size = min(self.block_size, length - start)
-            counts = torch.randint(1, size + 1, (batch,), generator=self.generator)
+            can_mask = maskable[:, start : start + size]
+            available = can_mask.sum(dim=1)
+            draws = torch.randint(1, size + 1, (batch,), generator=self.generator)
+            counts = torch.div(draws * available + size - 1, size, rounding_mode="floor")  # ceil(k * n_b / B)
             scores = torch.rand(batch, size, generator=self.generator)
             suffix = torch.rand(batch, generator=self.generator) < self.suffix_prob
             scores = torch.where(suffix[:, None], torch.arange(size, dtype=torch.float).expand(batch, size), scores)
+            scores = scores.masked_fill(~can_mask, -1.0)  # below every maskable token's score: never masked
             rank = scores.argsort(dim=1).argsort(dim=1)  # 0 = least likely to be masked
             is_masked = rank >= (size - counts)[:, None]
             # observed first, masks last, logical order kept inside each group
             key = is_masked.long() * size + torch.arange(size)
             order[:, start : start + size] = start + key.argsort(dim=1)
             masked[:, start : start + size] = torch.arange(size) >= (size - counts)[:, None]
-            weight[:, start : start + size] = (size / counts.float())[:, None]
+            weight[:, start : start + size] = (available / counts.clamp(min=1).float())[:, None]
         return order, masked, weight
 
 
@@ -150,13 +167,26 @@ class WeDLMTrainer(Trainer):
 
     The collator's extra keys (`labels`, `loss_weights`) are kept away from the model's forward. The loss is
     already a per-row mean (it ignores `num_items_in_batch`), so `Trainer` must divide it by the
-    gradient-accumulation steps itself: hence `model_accepts_loss_kwargs = False`.
+    gradient-accumulation steps itself: hence `model_accepts_loss_kwargs = False`. Each log line also carries
+    the two loss parts (`mdm`, `ar`, means since the previous log; `eval_mdm`, `eval_ar` in evaluation).
     """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.model_accepts_loss_kwargs = False
+        self._parts: dict[str, dict[str, list[float]]] = {"train": {}, "eval": {}}
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        loss, _, outputs = dual_stream_forward(model, inputs)
+        loss, parts, outputs = dual_stream_forward(model, inputs)
+        split = self._parts["train" if model.training else "eval"]
+        for name, value in parts.items():
+            split.setdefault(name, []).append(value)
         return (loss, outputs) if return_outputs else loss
+
+    def log(self, logs: dict[str, float], *args, **kwargs) -> None:
+        split, prefix = ("eval", "eval_") if "eval_loss" in logs else ("train", "")
+        if split == "eval" or "loss" in logs:
+            for name, values in self._parts[split].items():
+                logs[prefix + name] = round(sum(values) / len(values), 4)
+            self._parts[split] = {}
+        super().log(logs, *args, **kwargs)

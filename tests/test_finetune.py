@@ -1,0 +1,197 @@
+"""`wedlm-hf finetune` / `wedlm_hf.finetune`: data, mask token, the Trainer recipe (full, LoRA, 2-process DP)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+import wedlm_hf
+from wedlm_hf.cli import main as wedlm_hf_cli
+from wedlm_hf.finetune import FinetuneOptions, finetune
+from wedlm_hf.finetune.data import build_rows, read_records
+from wedlm_hf.finetune import mask_token
+from wedlm_hf.finetune.mask_token import ensure_mask_token, unused_special_token
+from wedlm_hf.loading import load_model_and_tokenizer
+from wedlm_hf.training import DualStreamCollator
+
+CHAT = {"messages": [{"role": "user", "content": "count to five"}, {"role": "assistant", "content": "1, 2, 3, 4, 5"}]}
+FAST = dict(seq_len=48, block_size=16, batch_size=4, max_steps=24, warmup_steps=2, logging_steps=4, eval_steps=12, save_steps=12)
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory) -> Path:
+    """A random 2-layer Llama folder with the embedded tokenizer, stripped of its mask token (a plain LM)."""
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    tokenizer = AutoTokenizer.from_pretrained(wedlm_hf.DEFAULT_MODEL)
+    tokenizer.mask_token = None
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True,
+    )
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def counting_data(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("data") / "train.jsonl"
+    lines = [json.dumps({"text": ", ".join(str(j) for j in range(i, i + 30))}) for i in range(30)] + [json.dumps(CHAT)] * 4
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def write_jsonl(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_chat_rows_mask_only_the_assistant_tokens(tiny_llama):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
+    [row] = build_rows(read_records_from([CHAT]), tokenizer, 64)
+    ids, maskable = torch.tensor(row["input_ids"]), torch.tensor(row["maskable"])
+    assert tokenizer.decode(ids[maskable]).strip() == "1, 2, 3, 4, 5"
+    assert not maskable[-1]  # right padding is never maskable
+    prompt_length = len(tokenizer.apply_chat_template(CHAT["messages"][:1], add_generation_prompt=True)["input_ids"])
+    assert not maskable[:prompt_length].any()
+
+
+def read_records_from(records: list[dict]):
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as handle:
+        handle.write("".join(json.dumps(r) + "\n" for r in records))
+    try:
+        return read_records(handle.name)
+    finally:
+        os.unlink(handle.name)
+
+
+def test_text_rows_are_packed_and_keep_the_tail(tiny_llama):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
+    rows = build_rows(read_records_from([{"text": "1, 2, 3, 4, 5, 6, 7"}] * 5), tokenizer, 16)
+    stream = [t for r in rows for t, m in zip(r["input_ids"], r["maskable"]) if m]
+    one = tokenizer("1, 2, 3, 4, 5, 6, 7", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    assert stream == one * 5  # nothing dropped: the ragged tail is a padded row
+    assert all(len(r["input_ids"]) == 16 for r in rows)
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("{not json", "line 2: not valid JSON"),
+        ('["a"]', "line 2: expected a JSON object"),
+        ('{"text": "a", "messages": []}', "line 2: a record needs exactly one"),
+        ('{"messages": [{"role": "user", "content": "hi"}]}', "line 2: a chat needs at least one 'assistant'"),
+        ('{"text": ""}', "line 2: 'text' must be a non-empty string"),
+    ],
+)
+def test_bad_lines_are_named_by_number(tmp_path, line, message):
+    path = write_jsonl(tmp_path / "d.jsonl", ['{"text": "fine"}', line])
+    with pytest.raises(ValueError, match=message):
+        read_records(path)
+
+
+def test_too_long_chat_is_an_error_not_a_silent_cut(tiny_llama):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
+    with pytest.raises(ValueError, match="line 1: the chat is .* more than --seq-len 4"):
+        build_rows(read_records_from([CHAT]), tokenizer, 4)
+
+
+def test_collator_masks_only_maskable_tokens():
+    length = 32
+    maskable = torch.zeros(length, dtype=torch.bool)
+    maskable[10:25] = True
+    collator = DualStreamCollator(mask_token_id=99, block_size=8, seed=0)
+    batch = collator([{"input_ids": torch.arange(length), "maskable": maskable}] * 64)
+    prediction = batch["input_ids"][:, length:]
+    masked_positions = batch["position_ids"][:, length:][prediction == 99]
+    assert masked_positions.numel() > 0 and maskable[masked_positions].all()
+    assert (batch["labels"][:, length:] != -100).eq(prediction == 99).all()
+    memory_targets = batch["labels"][:, :length] != -100
+    assert torch.equal(memory_targets[0].nonzero().flatten(), torch.arange(9, 24))  # next token is maskable
+    # the weights make the masked part an unbiased per-token estimate: 1/g per masked slot, over 15 maskable tokens
+    assert batch["loss_weights"][:, length:].sum(dim=1).mean().item() == pytest.approx(1.0, rel=0.1)
+
+
+def test_mask_token_added_reused_or_kept(tiny_llama, monkeypatch):
+    monkeypatch.setattr(mask_token, "NEW_MASK_TOKEN", "<|not-in-vocab|>")  # the embedded vocabulary has <|mask|>
+    model, tokenizer = load_model_and_tokenizer(str(tiny_llama))
+    rows = model.get_input_embeddings().num_embeddings
+    mask_id, new = ensure_mask_token(model, tokenizer)
+    assert new and tokenizer.convert_ids_to_tokens(mask_id) == "<|not-in-vocab|>"
+    assert model.get_input_embeddings().num_embeddings == rows + 1 == len(tokenizer)
+    assert model.config.mask_token_id == model.generation_config.mask_token_id == mask_id
+    assert ensure_mask_token(model, tokenizer) == (mask_id, False)  # known to the model now
+    model, tokenizer = load_model_and_tokenizer(str(tiny_llama))
+    reused, new = ensure_mask_token(model, tokenizer, reuse=True)
+    assert new and reused < rows and model.get_input_embeddings().num_embeddings == rows
+    assert tokenizer.convert_ids_to_tokens(reused) == unused_special_token(tokenizer)
+    with pytest.raises(ValueError, match="--mask-token 'nope'"):
+        ensure_mask_token(*load_model_and_tokenizer(str(tiny_llama)), token="nope")
+
+
+def test_full_finetune_loss_falls_and_output_decodes_with_wedlm_by_default(tiny_llama, counting_data, tmp_path):
+    summary = finetune(str(tiny_llama), str(counting_data), str(tmp_path / "out"), FinetuneOptions(**FAST, learning_rate=3e-3))
+    assert summary["written"] == "model" and summary["steps"] == 24
+    assert summary["eval"]["eval_loss"] < 0.7 * summary["eval_before"]["eval_loss"]
+    assert {"eval_mdm", "eval_ar"} <= set(summary["eval"])
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "out")
+    assert type(model).__name__ == "LlamaForCausalLM"  # a non-Qwen family stays its own class
+    config = model.generation_config
+    assert config.decoding == "wedlm" and config.mask_token_id == model.config.mask_token_id
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "out")
+    inputs = tokenizer("3, 4, 5,", return_tensors="pt")
+    out = wedlm_hf.enable(model).generate(**inputs, max_new_tokens=8, return_dict_in_generate=True)
+    assert out.wedlm_stats.summary()["generated"] == 8  # WeDLM ran without being asked for
+
+
+def test_lora_writes_an_adapter_that_loads_with_peft(tiny_llama, counting_data, tmp_path):
+    peft = pytest.importorskip("peft")
+    output = tmp_path / "adapter"
+    summary = finetune(str(tiny_llama), str(counting_data), str(output), FinetuneOptions(**FAST, lora_r=4, learning_rate=1e-2))
+    assert summary["written"] == "adapter" and (output / "adapter_model.safetensors").is_file()
+    assert summary["eval"]["eval_loss"] < summary["eval_before"]["eval_loss"]
+    base, _ = load_model_and_tokenizer(str(tiny_llama))
+    with_peft = peft.PeftModel.from_pretrained(base, output).eval()
+    merged, tokenizer = load_model_and_tokenizer(str(output))  # base + adapter merged, the adapter's configs
+    assert merged.generation_config.decoding == "wedlm"
+    ids = tokenizer("1, 2, 3, 4", return_tensors="pt")["input_ids"]
+    mask_id = merged.generation_config.mask_token_id
+    probe = torch.cat([ids, torch.tensor([[mask_id]])], dim=1)
+    with torch.no_grad():
+        torch.testing.assert_close(merged(probe).logits, with_peft(probe).logits, atol=1e-4, rtol=1e-4)
+        untouched = load_model_and_tokenizer(str(tiny_llama))[0](probe).logits
+    assert not torch.allclose(merged(probe).logits, untouched, atol=1e-3)  # the adapter changed something
+
+
+def test_cli_finetune_errors_are_one_line(tmp_path, tiny_llama, capsys):
+    bad = write_jsonl(tmp_path / "bad.jsonl", ['{"text": "ok"}', "{broken"])
+    assert wedlm_hf_cli(["finetune", str(tiny_llama), "--data", str(bad), "--output-dir", str(tmp_path / "o")]) == 1
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "bad.jsonl line 2: not valid JSON" in error
+    assert wedlm_hf_cli(["finetune", str(tiny_llama), "--data", str(bad), "--output-dir", "o", "--merge"]) == 1
+    assert "--merge merges a LoRA adapter" in capsys.readouterr().err
+
+
+def test_two_process_data_parallel_with_torchrun(tiny_llama, counting_data, tmp_path):
+    output = tmp_path / "ddp"
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
+        "-m", "wedlm_hf.cli", "finetune", str(tiny_llama), "--data", str(counting_data), "--output-dir", str(output),
+        "--seq-len", "48", "--block-size", "16", "--max-steps", "4", "--eval-steps", "4", "--save-steps", "4",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((output / "finetune_summary.json").read_text())
+    assert summary["steps"] == 4
+    assert summary["tokens_seen"] == 4 * 4 * 48 * 2  # two processes, each its own batch of 4 rows
+    assert AutoModelForCausalLM.from_pretrained(output).generation_config.decoding == "wedlm"

@@ -1,0 +1,72 @@
+"""`wedlm-hf finetune MODEL --data FILE --output-dir DIR`: adapt a model to WeDLM decoding on `Trainer`.
+
+Multi-process runs are `Trainer`'s: `torchrun --nproc_per_node 2 -m wedlm_hf.cli finetune ...` or
+`accelerate launch -m wedlm_hf.cli finetune ...`; `--deepspeed ds.json` / `--fsdp full_shard` pass through.
+"""
+
+import argparse
+import json
+from dataclasses import fields
+
+from .recipe import FinetuneOptions
+
+DEFAULTS = FinetuneOptions()
+HELP = {
+    "seq_len": "tokens per training row (text is packed; each chat is one row)",
+    "block_size": "prediction-stream block size B (the authors': 32)",
+    "ar_weight": "weight of the auxiliary next-token loss on the clean stream",
+    "suffix_prob": "share of blocks whose masks are the block's last tokens (as decoding meets them)",
+    "lora_r": "LoRA rank; 0 = full fine-tuning",
+    "lora_alpha": "LoRA alpha (default: 2 x rank)",
+    "merge": "with --lora-r: write the merged model instead of the adapter",
+    "mask_token": "an existing token to use as the mask (default: the model's, else a new one; LoRA: an unused special token)",
+    "learning_rate": "peak learning rate, cosine decay (default: 2e-4 with LoRA, 2e-5 full)",
+    "batch_size": "rows per device per step",
+    "gradient_accumulation_steps": "steps whose gradients add up before each update",
+    "max_steps": "optimizer steps (the cosine schedule's length)",
+    "minutes": "stop after this many minutes (saving first), even before --max-steps",
+    "warmup_steps": "linear warm-up steps",
+    "eval_share": "share of the rows held out for the eval loss",
+    "eval_steps": "steps between eval-loss evaluations",
+    "save_steps": "steps between checkpoints (resumable with --resume)",
+    "logging_steps": "steps between log lines (loss, mdm and ar parts, learning rate)",
+    "bf16": "bf16 mixed precision (CPU autocast where the CPU has bf16 units, e.g. AMX)",
+    "gradient_checkpointing": "recompute activations in the backward pass: less memory, slower",
+    "resume": "continue from the newest checkpoint in --output-dir",
+    "seed": "seed of the data split, masking and initialisation",
+    "window_size": "wedlm_window_size written to the output's generation config",
+    "entropy_threshold": "wedlm_entropy_threshold written to the output's generation config",
+    "pos_penalty_factor": "wedlm_pos_penalty_factor written to the output's generation config",
+}
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("model", help="a WeDLM checkpoint or any model `wedlm_hf.enable` admits: folder, Hub id, folder:file.gguf, smollm2")
+    add("--data", required=True, help="JSONL of {'text': ...} or {'messages': [...]} records, or a local `datasets` file/folder")
+    add("--output-dir", required=True, help="where checkpoints and the adapted model (or adapter) are written")
+    for option in fields(FinetuneOptions):
+        if option.name == "trainer_arguments":
+            continue
+        flag = "--" + option.name.replace("_", "-")
+        default = getattr(DEFAULTS, option.name)
+        if isinstance(default, bool):
+            add(flag, action="store_true", help=HELP[option.name])
+        else:
+            kind = {"lora_alpha": int, "minutes": float, "learning_rate": float, "mask_token": str}.get(option.name, type(default))
+            add(flag, type=kind, default=default, help=HELP[option.name])
+    add("--deepspeed", help="a DeepSpeed config file, as for any Trainer job")
+    add("--fsdp", help="FSDP options, as TrainingArguments' `fsdp` (e.g. 'full_shard auto_wrap')")
+    add("--no-evaluate", action="store_true", help="skip the before/after decoding evaluation at the end")
+    add("--eval-prompts", help="JSONL of held-out prompts for the end-of-run evaluation (default: the data's held-out rows)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .recipe import finetune
+
+    values = {option.name: getattr(args, option.name) for option in fields(FinetuneOptions) if option.name != "trainer_arguments"}
+    passed = {name: getattr(args, name) for name in ("deepspeed", "fsdp") if getattr(args, name)}
+    summary = finetune(args.model, args.data, args.output_dir, FinetuneOptions(**values, trainer_arguments=passed))
+    print(json.dumps({key: value for key, value in summary.items() if key != "options"}, indent=2, default=str))
+    return 0

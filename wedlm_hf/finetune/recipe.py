@@ -1,0 +1,230 @@
+"""Adapt a causal LM to WeDLM decoding on transformers' `Trainer`: the dual-stream objective, LoRA or full.
+
+The recipe is the paper's (spec §6-7) at a user's scale: continued training on text, or SFT on chats with only
+the response masked, with the auxiliary AR loss keeping the model's own next-token behaviour (lossless decoding
+verifies against it). Everything multi-process or memory-saving is `Trainer`'s own: `accelerate launch` /
+`torchrun` data parallelism, DeepSpeed and FSDP configs, gradient checkpointing, bf16, resuming.
+"""
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback, TrainingArguments
+from transformers.utils import logging
+
+from ..loading import load_model_and_tokenizer
+from ..training.objective import DualStreamCollator, WeDLMTrainer
+from .data import RowDataset, build_rows, read_records
+from .mask_token import ensure_mask_token
+
+logger = logging.get_logger(__name__)
+
+
+@dataclass
+class FinetuneOptions:
+    """What a fine-tuning run does, with defaults chosen for adapting a pretrained model.
+
+    `block_size` 32 and `ar_weight` 1.0 are the authors' (paper and public fine-tuning code); blocks longer than
+    the decoding window (16) still train every distance a window slot meets. `learning_rate` None picks 2e-4 for
+    LoRA and 2e-5 for full fine-tuning: the paper's 3e-6 is for ~100B tokens, far more than a user's run.
+    `eval_share` of the rows (at least one) is held out for the eval loss.
+    """
+
+    seq_len: int = 256
+    block_size: int = 32
+    ar_weight: float = 1.0
+    suffix_prob: float = 0.5
+    lora_r: int = 0
+    lora_alpha: int | None = None
+    merge: bool = False
+    mask_token: str | None = None
+    learning_rate: float | None = None
+    batch_size: int = 4
+    gradient_accumulation_steps: int = 1
+    max_steps: int = 100
+    minutes: float | None = None
+    warmup_steps: int = 10
+    eval_share: float = 0.05
+    eval_steps: int = 50
+    save_steps: int = 50
+    logging_steps: int = 10
+    bf16: bool = False
+    gradient_checkpointing: bool = False
+    resume: bool = False
+    seed: int = 0
+    window_size: int = 16
+    entropy_threshold: float = 0.4
+    pos_penalty_factor: float = 0.02
+    trainer_arguments: dict = field(default_factory=dict)
+    """Further `TrainingArguments` (e.g. `deepspeed`, `fsdp`, `report_to`), passed as they are."""
+
+
+def finetune(model_name: str, data: str, output_dir: str, options: FinetuneOptions | None = None) -> dict:
+    """Fine-tune `model_name` on `data` for WeDLM decoding and write the result to `output_dir`.
+
+    Returns the run's summary (also `finetune_summary.json` in the output): steps, tokens, losses, what was
+    written. The output loads with `AutoModelForCausalLM.from_pretrained(output_dir)` (an adapter through
+    transformers' PEFT integration) and its generation config makes WeDLM decoding the default.
+    """
+    options = options or FinetuneOptions()
+    check_options(options)
+    started = time.perf_counter()
+    records = read_records(data)  # a bad file fails before the model loads
+    model, tokenizer = load_model_and_tokenizer(model_name, dtype=torch.float32)
+    mask_id, new_mask = ensure_mask_token(model, tokenizer, options.mask_token, reuse=options.lora_r > 0)
+    rows = build_rows(records, tokenizer, options.seq_len)
+    train_rows, eval_rows = split_rows(rows, options.eval_share, options.seed)
+    if options.lora_r:
+        model = with_lora(model, options, mask_id if new_mask else None)
+    collator = DualStreamCollator(
+        mask_id, block_size=options.block_size, ar_weight=options.ar_weight, suffix_prob=options.suffix_prob, seed=options.seed
+    )
+    trainer = WeDLMTrainer(
+        model=model,
+        args=training_arguments(options, output_dir),
+        data_collator=collator,
+        train_dataset=RowDataset(train_rows),
+        eval_dataset=RowDataset(eval_rows),
+        processing_class=tokenizer,
+        callbacks=[TimeLimit(options.minutes)] if options.minutes else [],
+    )
+    resume = options.resume and any(Path(output_dir).glob("checkpoint-*"))
+    result = trainer.train(resume_from_checkpoint=True if resume else None)
+    metrics = trainer.evaluate()
+    summary = {
+        "base_model": model_name,
+        "data": str(data),
+        "options": asdict(options),
+        "mask_token_id": mask_id,
+        "train_rows": len(train_rows),
+        "eval_rows": len(eval_rows),
+        "steps": trainer.state.global_step,
+        "tokens_seen": trainer.state.global_step * options.batch_size * options.gradient_accumulation_steps
+        * options.seq_len * trainer.args.world_size,
+        "train_loss": result.training_loss,
+        "eval_before": next((entry for entry in trainer.state.log_history if "eval_loss" in entry), None),
+        "eval": {key: value for key, value in metrics.items() if key.startswith("eval_")},
+        "wall_seconds": round(time.perf_counter() - started, 1),
+    }
+    if trainer.is_world_process_zero():
+        summary["written"] = save_output(trainer.model, tokenizer, output_dir, options, mask_id)
+        (Path(output_dir) / "finetune_summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def check_options(options: FinetuneOptions) -> None:
+    """Bad values fail here, naming the option, not deep inside `Trainer` or the collator."""
+    positive = ("seq_len", "block_size", "batch_size", "gradient_accumulation_steps", "max_steps", "window_size")
+    for name in positive:
+        if getattr(options, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(options, name)}")
+    if options.lora_r < 0:
+        raise ValueError(f"--lora-r must be 0 (full fine-tuning) or a positive rank, got {options.lora_r}")
+    if options.merge and not options.lora_r:
+        raise ValueError("--merge merges a LoRA adapter into the model: it needs --lora-r")
+    if not 0 <= options.eval_share < 1:
+        raise ValueError(f"--eval-share must be in [0, 1), got {options.eval_share}")
+    if options.minutes is not None and options.minutes <= 0:
+        raise ValueError(f"--minutes must be positive, got {options.minutes}")
+
+
+def split_rows(rows: list[dict], eval_share: float, seed: int) -> tuple[list[dict], list[dict]]:
+    """A seeded split: `eval_share` of the rows (at least one when there are two or more) for the eval loss."""
+    if not rows:
+        raise ValueError("--data holds no records")
+    order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed)).tolist()
+    held_out = max(1, round(len(rows) * eval_share)) if eval_share > 0 and len(rows) > 1 else 0
+    return [rows[i] for i in order[held_out:]], [rows[i] for i in order[:held_out]] or [rows[order[0]]]
+
+
+def with_lora(model: PreTrainedModel, options: FinetuneOptions, train_token: int | None):
+    """The model wrapped in a PEFT LoRA adapter on every linear layer, with the mask token's embedding row
+    trainable when it was chosen for this run (its old meaning is no use to WeDLM)."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as error:
+        raise ImportError("--lora-r needs PEFT: pip install 'wedlm-hf[finetune]'") from error
+    config = LoraConfig(
+        r=options.lora_r,
+        lora_alpha=options.lora_alpha or 2 * options.lora_r,
+        target_modules="all-linear",
+        trainable_token_indices=[train_token] if train_token is not None else None,
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, config)
+
+
+def training_arguments(options: FinetuneOptions, output_dir: str) -> TrainingArguments:
+    learning_rate = options.learning_rate or (2e-4 if options.lora_r else 2e-5)
+    arguments = dict(
+        output_dir=output_dir,
+        max_steps=options.max_steps,
+        per_device_train_batch_size=options.batch_size,
+        per_device_eval_batch_size=options.batch_size,
+        gradient_accumulation_steps=options.gradient_accumulation_steps,
+        learning_rate=learning_rate,
+        lr_scheduler_type="cosine",
+        warmup_steps=options.warmup_steps,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        logging_steps=options.logging_steps,
+        eval_strategy="steps",
+        eval_steps=options.eval_steps,
+        eval_on_start=True,  # the eval loss before training, for the summary's before/after
+        save_strategy="steps",
+        save_steps=options.save_steps,
+        save_total_limit=2,
+        bf16=options.bf16,
+        gradient_checkpointing=options.gradient_checkpointing,
+        remove_unused_columns=False,  # `maskable` is the collator's, not the model's
+        prediction_loss_only=True,
+        seed=options.seed,
+        use_cpu=not torch.accelerator.is_available(),  # else torchrun on a CPU machine runs N separate jobs, not DDP
+        report_to=[],
+        disable_tqdm=False,
+    )
+    arguments.update(options.trainer_arguments)
+    return TrainingArguments(**arguments)
+
+
+class TimeLimit(TrainerCallback):
+    """Stops training (with a final save) once `minutes` have passed: a fixed budget on a shared machine."""
+
+    def __init__(self, minutes: float):
+        self.seconds = minutes * 60
+        self.started = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if time.perf_counter() - self.started >= self.seconds:
+            control.should_training_stop = True
+            control.should_save = True
+        return control
+
+
+def save_output(model, tokenizer: PreTrainedTokenizerBase, output_dir: str, options: FinetuneOptions, mask_id: int) -> str:
+    """Write the adapter (LoRA), or the merged/full model, with the tokenizer and WeDLM generation defaults."""
+    output = Path(output_dir)
+    kind = "adapter" if options.lora_r and not options.merge else "model"
+    if options.lora_r and options.merge:
+        model = model.merge_and_unload()
+    base = model.get_base_model() if kind == "adapter" else model
+    base.generation_config = wedlm_generation_config(base.generation_config, options, mask_id)
+    model.save_pretrained(output)
+    base.generation_config.save_pretrained(output)
+    tokenizer.save_pretrained(output)
+    return kind
+
+
+def wedlm_generation_config(config: GenerationConfig, options: FinetuneOptions, mask_id: int) -> GenerationConfig:
+    """The model's generation config with WeDLM decoding (and these window settings) as its default."""
+    config = GenerationConfig.from_dict(config.to_dict())
+    config._from_model_config = False  # else loading rebuilds it from the model config, dropping these
+    config.decoding = "wedlm"
+    config.mask_token_id = mask_id
+    config.wedlm_window_size = options.window_size
+    config.wedlm_entropy_threshold = options.entropy_threshold
+    config.wedlm_pos_penalty_factor = options.pos_penalty_factor
+    return config
