@@ -1,7 +1,6 @@
 """`wedlm-hf serve --continuous-batching` on 127.0.0.1: concurrent requests are decoded together and each gets
 what a lone `generate` gives it; disconnects, malformed requests and decoding faults stay with their request."""
 
-import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -9,14 +8,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 import transformers
-from transformers.cli.serving import model_manager
-from transformers.cli.serving import utils as serving_utils
 
 import wedlm_hf
+from local_server import start_server
 
 openai = pytest.importorskip("openai", reason="the serve extra is not installed: pip install 'wedlm-hf[serve]'")
 httpx = pytest.importorskip("httpx")
-serving = pytest.importorskip("wedlm_hf.serving")
 
 MODEL = wedlm_hf.DEFAULT_MODEL
 PROMPTS = ["1, 2, 3, 4,", "10, 11, 12,", "def add(a, b):", "5, 6, 7,", "x = [1, 2,", "20, 21,"]
@@ -25,28 +22,10 @@ POISON = "zzzz"
 """A prompt the fixture's forward hook fails on (in its first step only: later forwards see window tokens)."""
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server():
-    patch = pytest.MonkeyPatch()  # undo the hooks `serve` installs
-    patch.setattr(model_manager, "ModelManager", model_manager.ModelManager)
-    patch.setattr(serving_utils, "GenerationState", serving_utils.GenerationState)
-    for name in ("WeDLMForCausalLM", "WeDLMModel", "WeDLMConfig"):
-        patch.setattr(model_manager.transformers, name, None, raising=False)
-    port = free_port()
-    running = serving.serve(
-        MODEL, host="127.0.0.1", port=port, generation_defaults={}, batching={"max_batch_size": 4},
-        non_blocking=True,
-    )
-    deadline = time.monotonic() + 60
-    while not running.server.started:
-        assert time.monotonic() < deadline, "the server did not start within 60 s"
-        time.sleep(0.1)
+    patch = pytest.MonkeyPatch()
+    running, port = start_server(patch, batching={"max_batch_size": 4})
     (timed_model,) = running._model_manager.loaded_models.values()
     tokenizer = transformers.AutoTokenizer.from_pretrained(MODEL)
     poison_ids = tokenizer(POISON)["input_ids"]
