@@ -146,7 +146,12 @@ class DecodeLoop:
     """
 
     def __init__(
-        self, state: WindowState, layout: WindowLayout, record: OutputRecord, policy: StepPolicy, backend: ForwardBackend
+        self,
+        state: WindowState,
+        layout: WindowLayout,
+        record: OutputRecord,
+        policy: StepPolicy,
+        backend: ForwardBackend,
     ):
         self.state, self.layout, self.record, self.policy, self.backend = state, layout, record, policy, backend
         self.plan: StepPlan | None = None

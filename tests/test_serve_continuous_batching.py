@@ -47,7 +47,8 @@ def server():
 
 class SimpleServer:
     def __init__(self, client, base_url, model, tokenizer, running):
-        self.client, self.base_url, self.model, self.tokenizer, self.running = client, base_url, model, tokenizer, running
+        self.client, self.base_url, self.model = client, base_url, model
+        self.tokenizer, self.running = tokenizer, running
 
     def running_rows(self) -> int:
         manager = self.running._generation_state._cb_manager
