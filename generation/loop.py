@@ -138,7 +138,7 @@ def feed(
 
 class DecodeLoop:
     """The loop between two steps, so a caller can drive it step by step and let rows join or leave at a step
-    boundary (continuous batching, `wedlm_hf.continuous`); `run` drives it to the end.
+    boundary (continuous batching: the package's `continuous` scheduler); `run` drives it to the end.
 
     A step is `settle` (commit, the one host read, finished rows leave) then `advance` (the forward and the
     policy's update). Between the two, every row's commits are applied and its next forward is planned: the point

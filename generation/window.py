@@ -2,7 +2,7 @@
 
 A window is `width = 2 * window_size` slots per row (a window plus the mask slots appended before a commit); a
 slot holds a token or the mask id. Every per-row tensor has the running rows as its first dimension, so rows that
-leave are one `select(index)`, and rows that join (continuous batching, `wedlm_hf.continuous`) are one
+leave are one `select(index)`, and rows that join (continuous batching, docs/serving.md) are one
 concatenation of two states over the same fields (`join`).
 """
 
