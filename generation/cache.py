@@ -51,8 +51,30 @@ class WeDLMCache(DynamicCache):
             layer.values = layer.values.gather(2, index)
         self.key_mask = self.key_mask.gather(1, order)
 
+    def join(self, other: "WeDLMCache") -> None:
+        """Append `other`'s rows (continuous batching: requests join the running batch). The narrower cache is
+        padded on the left to the wider one's columns; padding is never attended to, like left padding."""
+        if self.key_mask.shape[0] == 0:
+            self.layers, self.key_mask, self.valid_per_row = other.layers, other.key_mask, other.valid_per_row
+            return
+        width = max(self.key_mask.shape[1], other.key_mask.shape[1])
+        for mine, theirs in zip(self.layers, other.layers):
+            mine.keys = torch.cat([_left_padded(mine.keys, width), _left_padded(theirs.keys, width)])
+            mine.values = torch.cat([_left_padded(mine.values, width), _left_padded(theirs.values, width)])
+        self.key_mask = torch.cat([_left_padded(self.key_mask, width), _left_padded(other.key_mask, width)])
+        self.valid_per_row = torch.cat([self.valid_per_row, other.valid_per_row])
+
     def select_rows(self, rows: torch.Tensor) -> None:
         """Keep only `rows` of the batch (finished rows leave the batch)."""
         self.batch_select_indices(rows)
         self.key_mask = self.key_mask[rows]
         self.valid_per_row = self.valid_per_row[rows]
+
+
+def _left_padded(columns: torch.Tensor, width: int) -> torch.Tensor:
+    """`columns` (rows, ..., columns[, dim] for K/V; rows, columns for the key mask) with zeros (False) prepended
+    up to `width` columns."""
+    axis = 1 if columns.dim() == 2 else 2
+    shape = list(columns.shape)
+    shape[axis] = width - shape[axis]
+    return torch.cat([columns.new_zeros(shape), columns], dim=axis)

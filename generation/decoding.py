@@ -18,7 +18,7 @@ from transformers.generation.streamers import BaseStreamer
 from .dynamic import DynamicBackend
 from .fill import SlotFiller
 from .lossless import LosslessPolicy
-from .loop import run
+from .loop import DecodeLoop, run
 from .outputs import WeDLMGenerateOutput
 from .plain import PlainPolicy
 from .processors import split_suppressed
@@ -70,28 +70,54 @@ def wedlm_decode(
     mask, prompt_lengths = checked_prompt(model, input_ids, model_kwargs, max_new_tokens)
     layout = WindowLayout.create(settings.mask_token_id, settings.window_size, max_new_tokens, input_ids.device, suppressed)
     kinds = tuple(kind for kind in ("scores", "logits") if getattr(generation_config, f"output_{kind}"))
-    policy_class = LosslessPolicy if settings.lossless else PlainPolicy
-    record = _output_record(
-        input_ids, layout, generation_config, stopping_criteria, streamer, kinds, vocab_size, policy_class
+    record = output_record(
+        input_ids, layout, generation_config, stopping_criteria, streamer, kinds, vocab_size, policy_class(settings)
     )
-    state = _first_window(input_ids, mask, layout, kinds, vocab_size)
+    budgets = torch.full((input_ids.shape[0],), max_new_tokens, dtype=torch.long, device=input_ids.device)
+    loop = start_decoding(
+        model, input_ids, mask, min(prompt_lengths) < input_ids.shape[1], budgets, layout, settings,
+        generation_config, logits_processor, record,
+    )
+    if max_new_tokens > 0:
+        run(loop)
+    if streamer is not None:
+        streamer.end()
+    return record.output(generation_config.return_dict_in_generate)
+
+
+def policy_class(settings: WeDLMSettings) -> type:
+    return LosslessPolicy if settings.lossless else PlainPolicy
+
+
+def start_decoding(
+    model: PreTrainedModel,
+    input_ids: torch.LongTensor,
+    mask: torch.Tensor,
+    prompt_padded: bool,
+    max_new_tokens: torch.Tensor,
+    layout: WindowLayout,
+    settings: WeDLMSettings,
+    generation_config: GenerationConfig,
+    logits_processor: LogitsProcessorList,
+    record: OutputRecord,
+) -> DecodeLoop:
+    """The loop over (left-padded) `input_ids`, before its first step: first windows, step policy and forward
+    backend picked by `settings`, writing to `record`; `max_new_tokens` per row (at most the layout's)."""
+    vocab_size = model.config.get_text_config().vocab_size
+    state = _first_window(input_ids, mask, layout, tuple(record.token_scores), vocab_size, max_new_tokens)
     filler = SlotFiller(layout, settings, record, logits_processor, bool(generation_config.do_sample))
     if settings.lossless:
         policy = LosslessPolicy(layout, record, filler, state, adaptive=settings.draft_schedule == "adaptive")
     else:
         policy = PlainPolicy(layout, record, filler, blockwise=settings.blockwise)
     if settings.static:
-        backend = StaticBackend(model, mask, generation_config, layout.width, max_new_tokens, layout.mask_id)
+        backend = StaticBackend(model, mask, generation_config, layout.width, layout.max_new_tokens, layout.mask_id)
     else:
-        backend = DynamicBackend(model, mask, prompt_padded=min(prompt_lengths) < input_ids.shape[1])
-    if max_new_tokens > 0:
-        run(state, layout, record, policy, backend)
-    if streamer is not None:
-        streamer.end()
-    return record.output(generation_config.return_dict_in_generate)
+        backend = DynamicBackend(model, mask, prompt_padded)
+    return DecodeLoop(state, layout, record, policy, backend)
 
 
-def _output_record(
+def output_record(
     input_ids: torch.LongTensor,
     layout: WindowLayout,
     generation_config: GenerationConfig,
@@ -112,7 +138,12 @@ def _output_record(
 
 
 def _first_window(
-    input_ids: torch.LongTensor, mask: torch.Tensor, layout: WindowLayout, kinds: tuple[str, ...], vocab_size: int
+    input_ids: torch.LongTensor,
+    mask: torch.Tensor,
+    layout: WindowLayout,
+    kinds: tuple[str, ...],
+    vocab_size: int,
+    max_new_tokens: torch.Tensor,
 ) -> WindowState:
     """Every row's state before the first forward: an all-mask window of `window_size` slots (within
     max_new_tokens), fed together with the prompt."""
@@ -121,8 +152,9 @@ def _first_window(
     return WindowState(
         rows=torch.arange(batch_size, device=device),
         window=torch.full((batch_size, width), layout.mask_id, dtype=torch.long, device=device),
-        length=torch.full_like(zeros, min(layout.window_size, layout.max_new_tokens)),
+        length=max_new_tokens.clamp(max=layout.window_size),
         generated=zeros,
+        max_new_tokens=max_new_tokens,
         processed=torch.zeros_like(zeros),
         first_position=mask.long().sum(1),
         fill_step=torch.zeros((batch_size, width), dtype=torch.long, device=device),

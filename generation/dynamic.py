@@ -33,6 +33,11 @@ class DynamicBackend:
     def select_rows(self, index: torch.Tensor) -> None:
         self.cache.select_rows(index)
 
+    def join_rows(self, other: "DynamicBackend") -> None:
+        """Append `other`'s rows; joined into a batch with rows, they no longer qualify for the mask-free path."""
+        self.all_keys_valid = other.all_keys_valid and self.cache.key_mask.shape[0] == 0
+        self.cache.join(other.cache)
+
     def forward(
         self, input_ids: torch.Tensor, position_ids: torch.Tensor, window_live: torch.Tensor, logits_to_keep: int
     ) -> torch.Tensor:

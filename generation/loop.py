@@ -8,6 +8,7 @@
 
 Policies (plain.py, lossless.py) and backends (dynamic.py, static.py) are objects handed to `run`, as
 transformers' assisted-decoding loop is handed a candidate generator; a new one implements the Protocol below.
+`DecodeLoop` holds the loop between steps, so continuous batching can join rows at a step boundary.
 """
 
 from dataclasses import dataclass
@@ -33,6 +34,9 @@ class StepPolicy(Protocol):
 
     def select_rows(self, index: torch.Tensor) -> None: ...
 
+    def join_rows(self, other: "StepPolicy") -> None:
+        """Append the row state of `other` (a policy of the same kind) to this one's."""
+
     def counters(self) -> dict[str, torch.Tensor]: ...
 
 
@@ -46,6 +50,9 @@ class ForwardBackend(Protocol):
     def commit(self, committed: torch.Tensor, values: list[int]) -> None: ...
 
     def select_rows(self, index: torch.Tensor) -> None: ...
+
+    def join_rows(self, other: "ForwardBackend") -> None:
+        """Append the rows of `other` (a backend of the same kind), e.g. their cached K/V."""
 
     def forward(
         self, input_ids: torch.Tensor, position_ids: torch.Tensor, window_live: torch.Tensor, logits_to_keep: int
@@ -131,25 +138,82 @@ def feed(
     )
 
 
-def run(
-    state: WindowState, layout: WindowLayout, record: OutputRecord, policy: StepPolicy, backend: ForwardBackend
-) -> None:
-    """Decode until every row has ended; the output is in `record`."""
-    kept = None  # per row, the K/V of the last forward's window to keep; applied at the next sync
-    while True:
-        plan = policy.plan(state)
-        sync = step_sync(state, layout, plan, kept, backend)
-        if kept is not None:
-            backend.commit(kept, sync.cache_values)
-        if len(sync.running) < state.rows.shape[0]:  # rows leave: record their totals first
-            record.store_totals(state, {**state.counters(), **policy.counters()})
-            if not sync.running:
-                return
-            index = torch.tensor(sync.running, device=state.rows.device)
-            state.select(index)
-            plan.select(index)
-            policy.select_rows(index)
-            backend.select_rows(index)
-        policy.checked(sync.checks)
-        forward = feed(state, layout, plan, sync, backend, record)
-        kept = policy.update(state, plan, forward)
+class DecodeLoop:
+    """The loop between two steps, so a caller can drive it step by step and let rows join or leave at a step
+    boundary (continuous batching: the package's `continuous` scheduler); `run` drives it to the end.
+
+    A step is `settle` (commit, the one host read, finished rows leave) then `advance` (the forward and the
+    policy's update). Between the two, every row's commits are applied and its next forward is planned: the point
+    where rows can join (`join`) or be dropped (`keep_rows`).
+    """
+
+    def __init__(
+        self,
+        state: WindowState,
+        layout: WindowLayout,
+        record: OutputRecord,
+        policy: StepPolicy,
+        backend: ForwardBackend,
+    ):
+        self.state, self.layout, self.record, self.policy, self.backend = state, layout, record, policy, backend
+        self.plan: StepPlan | None = None
+        self.sync: StepSync | None = None
+        self.kept: torch.Tensor | None = None
+        """Per row, the K/V of the last forward's window to keep; applied at the next sync."""
+
+    def settle(self) -> list[int]:
+        """Plan the next forward, read the host once, apply the last commit; return the indices (into the rows
+        before) of the rows that go on, the others having left."""
+        self.plan = self.policy.plan(self.state)
+        self.sync = sync = step_sync(self.state, self.layout, self.plan, self.kept, self.backend)
+        if self.kept is not None:
+            self.backend.commit(self.kept, sync.cache_values)
+            self.kept = None
+        if len(sync.running) < self.state.rows.shape[0]:
+            self.keep_rows(sync.running)
+        self.policy.checked(sync.checks)
+        return sync.running
+
+    def keep_rows(self, running: list[int]) -> None:
+        """Only rows `running` go on (the others finished, or were dropped); their totals are recorded first. The
+        sync's width stays that of the rows before: wider than needed after a drop, which only feeds dead slots."""
+        self.record.store_totals(self.state, {**self.state.counters(), **self.policy.counters()})
+        index = torch.tensor(running, dtype=torch.long, device=self.state.rows.device)
+        self.state.select(index)
+        if self.plan is not None:
+            self.plan.select(index)
+        self.policy.select_rows(index)
+        self.backend.select_rows(index)
+
+    def advance(self) -> None:
+        forward = feed(self.state, self.layout, self.plan, self.sync, self.backend, self.record)
+        self.kept = self.policy.update(self.state, self.plan, forward)
+
+    def join(self, other: "DecodeLoop", rows: torch.Tensor) -> int:
+        """Append `other`'s running rows, settled after their first forward in a loop of their own over the same
+        layout, as this record's input rows `rows` (one per input row of `other`'s record). Returns the step
+        offset of `other`'s forward numbers in this record (`OutputRecord.row_stats`)."""
+        step_offset = self.record.steps - other.record.steps
+        self.record.adopt(other.record, rows, step_offset)
+        if other.state.rows.shape[0] == 0:  # all of them ended in their first step: only their output joins
+            return step_offset
+        other.state.rows = rows[other.state.rows]
+        other.state.fill_step = other.state.fill_step + step_offset
+        if self.state.rows.shape[0] == 0:
+            self.plan, self.sync = other.plan, other.sync
+        else:
+            self.plan.join(other.plan)
+            # the widest window and the fewest filled slots over both batches, as one sync over all rows reads them
+            fewest_filled = min(self.sync.fed - self.sync.mask_columns, other.sync.fed - other.sync.mask_columns)
+            fed = max(self.sync.fed, other.sync.fed)
+            self.sync = StepSync(fed, fed - fewest_filled, [], [], [])
+        self.state.join(other.state)
+        self.policy.join_rows(other.policy)
+        self.backend.join_rows(other.backend)
+        return step_offset
+
+
+def run(loop: DecodeLoop) -> None:
+    """Decode until every row has ended; the output is in `loop.record`."""
+    while loop.settle():
+        loop.advance()

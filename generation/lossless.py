@@ -48,6 +48,10 @@ class DraftState:
         for field in fields(self):
             setattr(self, field.name, getattr(self, field.name)[index])
 
+    def join(self, other: "DraftState") -> None:
+        for field in fields(self):
+            setattr(self, field.name, torch.cat([getattr(self, field.name), getattr(other, field.name)]))
+
 
 class LosslessPolicy:
     """Greedy AR by verification. Per row, `draft_limit` bounds the drafts a forward checks; a window of
@@ -94,7 +98,7 @@ class LosslessPolicy:
         state.done |= self.record.commit(state, torch.ones_like(leading))
         # 2. one forward: next-token logits at the certain token and at every leading draft, plus as many extra
         #    mask slots as there are drafts, so that if all are accepted the next window is already predicted
-        length = torch.minimum(state.length + (leading - 1), self.layout.max_new_tokens - start)
+        length = torch.minimum(state.length + (leading - 1), state.max_new_tokens - start)
         return StepPlan(length, start, filled, leading, all_columns=True, checks=(self.drafts.mask_predicted.any(),))
 
     def checked(self, values: list[int]) -> None:
@@ -205,11 +209,16 @@ class LosslessPolicy:
             wanted = (limit + 2).masked_fill(limit == 0, 1).clamp(max=longest)
         else:
             wanted = torch.full_like(state.length, longest)
-        state.length = torch.minimum(wanted, self.layout.max_new_tokens - state.generated)
+        state.length = torch.minimum(wanted, state.max_new_tokens - state.generated)
         state.window = state.window.masked_fill(self.layout.slots >= state.length[:, None], self.layout.mask_id)
 
     def select_rows(self, index: torch.Tensor) -> None:
         self.drafts.select(index)
+
+    def join_rows(self, other: "LosslessPolicy") -> None:
+        """Take `other`'s rows, which have had their first forward (so this batch has, too)."""
+        self.drafts.join(other.drafts)
+        self.started = True
 
     def counters(self) -> dict[str, torch.Tensor]:
         return {"drafted": self.drafts.drafted, "accepted": self.drafts.accepted, "corrected": self.drafts.corrected}

@@ -23,7 +23,7 @@ class PlainPolicy:
         filled, leading = leading_filled(state, self.layout, self.blockwise)
         start = state.generated
         state.done |= self.record.commit(state, leading)
-        length = torch.minimum(state.length + leading, self.layout.max_new_tokens - start)
+        length = torch.minimum(state.length + leading, state.max_new_tokens - start)
         return StepPlan(length=length, start=start, filled=filled, leading=leading)
 
     def checked(self, values: list[int]) -> None:
@@ -38,6 +38,9 @@ class PlainPolicy:
         return plan.leading
 
     def select_rows(self, index: torch.Tensor) -> None:
+        """No row state of its own."""
+
+    def join_rows(self, other: "PlainPolicy") -> None:
         """No row state of its own."""
 
     def counters(self) -> dict[str, torch.Tensor]:

@@ -36,6 +36,8 @@ class OutputRecord:
         self.pad_id = pad_id
         self.eos_ids = eos_ids
         self.user_criteria = [c for c in stopping_criteria if not isinstance(c, (MaxLengthCriteria, EosTokenCriteria))]
+        self.row_criteria: dict[int, list] = {}
+        """Criteria of single input rows, besides `user_criteria` (continuous batching: each request's own)."""
         self.streamer = streamer
         outputs = layout.max_new_tokens + 1
         self.discard = layout.max_new_tokens
@@ -59,7 +61,7 @@ class OutputRecord:
         """Write up to `num_leading` window slots from `start` to the output, cut after the first EOS or stopping
         criterion; return which rows this commit ends (EOS, criterion or max_new_tokens). Ended rows commit nothing."""
         num_leading = num_leading.masked_fill(state.done, 0)
-        finished = state.generated + num_leading >= self.layout.max_new_tokens
+        finished = state.generated + num_leading >= state.max_new_tokens
         commit_length = num_leading
         offset = self.layout.slots - start if start else self.layout.slots  # index within the commit
         if self.eos_ids is not None:
@@ -70,7 +72,7 @@ class OutputRecord:
             has_eos = is_eos.any(1)
             commit_length = torch.where(has_eos, is_eos.int().argmax(1) + (1 - start), commit_length)
             finished |= has_eos
-        if self.user_criteria:
+        if self.user_criteria or self.row_criteria:
             commit_length, stopped = self._apply_user_criteria(state, commit_length, start)
             finished |= stopped
         self._write(state, commit_length, start, offset)
@@ -105,10 +107,13 @@ class OutputRecord:
         stopped = torch.zeros_like(commit_length, dtype=torch.bool)
         cut = commit_length.clone()
         for i, row in enumerate(state.rows.tolist()):
+            criteria = self.user_criteria + self.row_criteria.get(row, [])
+            if not criteria:
+                continue
             committed = self.sequences[row, : self.prompt_length + int(state.generated[i])]
             for t in range(int(commit_length[i])):
                 prefix = torch.cat([committed, state.window[i, start : start + t + 1]])[None]
-                if any(bool(torch.as_tensor(criterion(prefix, None)).any()) for criterion in self.user_criteria):
+                if any(bool(torch.as_tensor(criterion(prefix, None)).any()) for criterion in criteria):
                     cut[i], stopped[i] = t + 1, True
                     break
         return cut, stopped
@@ -127,6 +132,32 @@ class OutputRecord:
         for name, value in counters.items():
             self.totals[name][state.rows] = value
 
+    def adopt(self, other: "OutputRecord", rows: torch.Tensor, step_offset: int) -> None:
+        """Take over `other`'s input rows as this record's `rows` (continuous batching: requests ran their first
+        forward in a record of their own, over the same layout). Prompts are right-aligned to this record's
+        prompt length; forward numbers move into this record's count by `step_offset` (see `row_stats`)."""
+        padding = self.prompt_length - other.prompt_length
+        self.sequences[rows] = self.pad_id
+        self.sequences[rows, padding:] = other.sequences
+        self.fill_step[rows] = other.fill_step + step_offset
+        self.commit_step[rows] = other.commit_step + step_offset
+        for kind, store in self.token_scores.items():
+            store[rows] = other.token_scores[kind]
+        for name, total in self.totals.items():
+            total[rows] = other.totals[name] + (step_offset if name == "forwards" else 0)
+        for i, row in enumerate(rows.tolist()):
+            criteria = other.user_criteria + other.row_criteria.get(i, [])
+            if criteria:
+                self.row_criteria[row] = criteria
+            else:  # an empty entry would still send every commit through the per-row criteria check
+                self.row_criteria.pop(row, None)
+
+    def row_stats(self, row: int, step_offset: int = 0) -> WeDLMStats:
+        """Input row `row`'s statistics as a call of its own reports them: `step_offset` (the record's forward
+        count before the row's first forward, as `adopt` was told) is taken off every forward number."""
+        forwards = int(self.totals["forwards"][row]) - step_offset
+        return self._stats([row], step_offset, model_calls=forwards)
+
     def output(self, return_dict: bool) -> WeDLMGenerateOutput | torch.LongTensor:
         """The `generate` result: the sequences cut to the longest row, or with scores, logits and statistics."""
         generated = self.totals["generated"].tolist()
@@ -137,20 +168,24 @@ class OutputRecord:
         per_token = {kind: tuple(store[:, t] for t in range(longest)) for kind, store in self.token_scores.items()}
         return WeDLMGenerateOutput(
             sequences=sequences, scores=per_token.get("scores"), logits=per_token.get("logits"),
-            wedlm_stats=self._stats(generated),
+            wedlm_stats=self._stats(list(range(len(generated))), 0, self.steps),
         )
 
-    def _stats(self, generated: list[int]) -> WeDLMStats:
-        """Counters per row, with each row's per-token trace: the forward that filled each token and the one that
-        committed it."""
-        totals = {name: total.tolist() for name, total in self.totals.items()}
+    def _stats(self, rows: list[int], step_offset: int, model_calls: int) -> WeDLMStats:
+        """Counters of `rows`, with each row's per-token trace: the forward that filled each token and the one that
+        committed it (numbered from `step_offset`)."""
+        totals = {name: total[rows].tolist() for name, total in self.totals.items()}
+        totals["forwards"] = [forwards - step_offset for forwards in totals["forwards"]]
         extra = {name: value for name, value in totals.items() if name not in BASE_TOTALS}
+        traces = {
+            name: [(steps[row, :count] - step_offset).tolist() for row, count in zip(rows, totals["generated"])]
+            for name, steps in (("fill_steps", self.fill_step), ("commit_steps", self.commit_step))
+        }
         return WeDLMStats(
             forwards=totals["forwards"],
-            generated=generated,
+            generated=totals["generated"],
             processed=totals["processed"],
-            model_calls=self.steps,
-            fill_steps=[self.fill_step[row, :count].tolist() for row, count in enumerate(generated)],
-            commit_steps=[self.commit_step[row, :count].tolist() for row, count in enumerate(generated)],
+            model_calls=model_calls,
+            **traces,
             **extra,
         )

@@ -143,6 +143,12 @@ class StaticBackend:
     def select_rows(self, index: torch.Tensor) -> None:
         self.cache.select_rows(index)
 
+    def join_rows(self, other: "StaticBackend") -> None:
+        raise ValueError(
+            "`wedlm_static=True` preallocates a fixed batch, so no request can join it (continuous batching); use "
+            "wedlm_static=False."
+        )
+
     def forward(
         self, input_ids: torch.Tensor, position_ids: torch.Tensor, window_live: torch.Tensor, logits_to_keep: int
     ) -> torch.Tensor:

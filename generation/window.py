@@ -2,8 +2,8 @@
 
 A window is `width = 2 * window_size` slots per row (a window plus the mask slots appended before a commit); a
 slot holds a token or the mask id. Every per-row tensor has the running rows as its first dimension, so rows that
-leave are one `select(index)`, and rows that join (a later issue: continuous batching) are one concatenation of
-two states over the same fields.
+leave are one `select(index)`, and rows that join (continuous batching, docs/serving.md) are one
+concatenation of two states over the same fields (`join`).
 """
 
 from dataclasses import dataclass, fields
@@ -68,6 +68,9 @@ class WindowScores:
     def select(self, index: torch.Tensor) -> "WindowScores":
         return WindowScores({name: kept[index] for name, kept in self.kinds.items()})
 
+    def join(self, other: "WindowScores") -> "WindowScores":
+        return WindowScores({name: torch.cat([kept, other.kinds[name]]) for name, kept in self.kinds.items()})
+
     def shift(self, source: torch.Tensor) -> None:
         """Slot i takes slot `source[:, i]`'s values (the window moved forward)."""
         for name, kept in self.kinds.items():
@@ -97,6 +100,8 @@ class WindowState:
     """Live slots of each row's window."""
     generated: torch.Tensor
     """Tokens committed to the output."""
+    max_new_tokens: torch.Tensor
+    """Each row's token budget (one value for a `generate` call; rows joined by continuous batching differ)."""
     processed: torch.Tensor
     """Window slots fed so far (the denominator of p_cache)."""
     first_position: torch.Tensor
@@ -121,6 +126,18 @@ class WindowState:
             if value is not None:
                 setattr(self, field.name, value.select(index) if isinstance(value, WindowScores) else value[index])
 
+    def join(self, other: "WindowState") -> None:
+        """Append `other`'s rows (continuous batching), both past their first forward (no prompt left to feed)."""
+        if other.prompt is not None or (self.prompt is not None and self.rows.shape[0] > 0):
+            raise ValueError("rows join only after their first forward, which feeds their prompt")
+        self.prompt = self.prompt_positions = None
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if value is not None:
+                theirs = getattr(other, field.name)
+                joined = value.join(theirs) if isinstance(value, WindowScores) else torch.cat([value, theirs])
+                setattr(self, field.name, joined)
+
 
 @dataclass
 class StepPlan:
@@ -140,6 +157,11 @@ class StepPlan:
     def select(self, index: torch.Tensor) -> None:
         self.length, self.start = self.length[index], self.start[index]
         self.filled, self.leading = self.filled[index], self.leading[index]
+
+    def join(self, other: "StepPlan") -> None:
+        """Append `other`'s rows; its checks were read in its own sync."""
+        self.length, self.start = torch.cat([self.length, other.length]), torch.cat([self.start, other.start])
+        self.filled, self.leading = torch.cat([self.filled, other.filled]), torch.cat([self.leading, other.leading])
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""The documentation's code runs: every ```python block of docs/ecosystem.md, and every README.md block marked
+"""The documentation's code runs: every ```python block of docs/ecosystem.md and docs/serving.md, and every
+README.md block marked
 with `<!-- test -->` on the line before, executed in order in one namespace per document."""
 
 import re
@@ -9,7 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"^```python\n(.*?)^```", flags=re.MULTILINE | re.DOTALL)
 MARKED_BLOCK = re.compile(r"^<!-- test -->\n```python\n(.*?)^```", flags=re.MULTILINE | re.DOTALL)
-DOCUMENTS = {"docs/ecosystem.md": BLOCK, "README.md": MARKED_BLOCK}
+DOCUMENTS = {"docs/ecosystem.md": BLOCK, "docs/serving.md": BLOCK, "README.md": MARKED_BLOCK}
 
 
 def snippets(document: str) -> list[str]:

@@ -1,8 +1,5 @@
 """`wedlm-hf serve`: transformers' own OpenAI-compatible server, on 127.0.0.1, decoding with WeDLM."""
 
-import socket
-import time
-
 import pytest
 from transformers.cli.serving import model_manager
 
@@ -10,6 +7,7 @@ import json
 
 import transformers
 import wedlm_hf
+from local_server import start_server
 
 openai = pytest.importorskip("openai", reason="the serve extra is not installed: pip install 'wedlm-hf[serve]'")
 serving = pytest.importorskip("wedlm_hf.serving")
@@ -18,27 +16,11 @@ PROMPT = "1, 2, 3, 4,"
 MAX_TOKENS = 16
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server():
     """The server in a thread of this process (so the test can count the model's forwards), stopped at the end."""
-    patch = pytest.MonkeyPatch()  # undo the hooks `serve` installs
-    patch.setattr(model_manager, "ModelManager", model_manager.ModelManager)
-    for name in ("WeDLMForCausalLM", "WeDLMModel", "WeDLMConfig"):
-        patch.setattr(model_manager.transformers, name, None, raising=False)
-    port = free_port()
-    running = serving.serve(
-        wedlm_hf.DEFAULT_MODEL, host="127.0.0.1", port=port, generation_defaults={}, non_blocking=True
-    )
-    deadline = time.monotonic() + 60
-    while not running.server.started:
-        assert time.monotonic() < deadline, "the server did not start within 60 s"
-        time.sleep(0.1)
+    patch = pytest.MonkeyPatch()
+    running, port = start_server(patch)
     (timed_model,) = running._model_manager.loaded_models.values()
     forwards = []
     hook = timed_model.model.register_forward_hook(lambda module, args, output: forwards.append(1))

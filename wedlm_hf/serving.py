@@ -4,6 +4,8 @@ The server loads a model by looking its architecture up by name in the `transfor
 neither `WeDLMForCausalLM` nor `auto_map`, and it never passes `decoding`. Two hooks fix both and leave the server
 itself untouched: the WeDLM classes are made visible under their names, and a `ModelManager` subclass enables each
 loaded model and makes WeDLM the default of its generation config, which every request's config is copied from.
+With continuous batching, a `GenerationState` subclass hands requests to WeDLM's own batching manager
+(`wedlm_hf.continuous.serve_manager`) instead of transformers' paged-attention one.
 """
 
 from transformers import GenerationConfig, PreTrainedModel
@@ -30,8 +32,9 @@ class WeDLMModelManager(model_manager.ModelManager):
         return model
 
 
-def install(generation_defaults: dict) -> None:
-    """Make `transformers serve` load WeDLM models with WeDLM decoding, with these generation config overrides."""
+def install(generation_defaults: dict, batching: dict | None = None) -> None:
+    """Make `transformers serve` load WeDLM models with WeDLM decoding, with these generation config overrides;
+    with `batching` (`WeDLMCBGenerateManager` options), continuous-batching requests go to WeDLM's scheduler."""
     unknown = set(generation_defaults) - set(GENERATION_OPTIONS)
     if unknown:
         raise ValueError(f"serve cannot set {sorted(unknown)}; settable: {', '.join(GENERATION_OPTIONS)}")
@@ -40,15 +43,27 @@ def install(generation_defaults: dict) -> None:
         setattr(namespace, cls.__name__, cls)
     WeDLMModelManager.generation_defaults = dict(generation_defaults)
     model_manager.ModelManager = WeDLMModelManager
+    if batching is not None:
+        from transformers.cli.serving import utils as serving_utils
+
+        from .continuous.serve_manager import WeDLMGenerationState
+
+        WeDLMGenerationState.batching = dict(batching)
+        serving_utils.GenerationState = WeDLMGenerationState  # where `Serve` looks it up when it starts
 
 
-def serve(model: str, *, host: str, port: int, generation_defaults: dict, **server_options):
+def serve(
+    model: str, *, host: str, port: int, generation_defaults: dict, batching: dict | None = None, **server_options
+):
     """Run `transformers serve` pinned to `model`: until interrupted, or in a thread with `non_blocking=True`
-    (then stop it with the returned server's `kill_server()`)."""
+    (then stop it with the returned server's `kill_server()`); with `batching` (max_batch_size, max_batch_tokens),
+    requests are continuously batched by WeDLM's scheduler."""
     from transformers.cli.serve import Serve
     from transformers.utils.import_utils import is_serve_available
 
     if not is_serve_available():
         raise ImportError("`wedlm-hf serve` needs transformers' serving dependencies: pip install 'wedlm-hf[serve]'")
-    install(generation_defaults)
-    return Serve(force_model=model, host=host, port=port, **server_options)
+    install(generation_defaults, batching)
+    return Serve(
+        force_model=model, host=host, port=port, continuous_batching=batching is not None, **server_options
+    )

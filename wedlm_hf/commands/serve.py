@@ -12,6 +12,16 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="device map, e.g. auto, cpu, cuda:0")
     parser.add_argument("--dtype", default="auto", help="'auto': the checkpoint's")
     parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    batching = parser.add_argument_group("continuous batching (docs/serving.md)")
+    batching.add_argument(
+        "--continuous-batching", action="store_true",
+        help="decode concurrent requests together: requests join the running batch at step boundaries",
+    )
+    batching.add_argument("--max-batch-size", type=int, default=8, help="most requests decoded at once")
+    batching.add_argument(
+        "--max-batch-tokens", type=int, default=None,
+        help="most prompt + max_tokens tokens summed over the batch (default: no bound but the batch size)",
+    )
     wedlm = parser.add_argument_group("WeDLM parameters (set on the model's generation config, for every request)")
     wedlm.add_argument("--lossless", action="store_true", help="output identical to greedy AR")
     add_wedlm_arguments(wedlm)
@@ -31,6 +41,10 @@ def run(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         generation_defaults=defaults,
+        batching=(
+            {"max_batch_size": args.max_batch_size, "max_batch_tokens": args.max_batch_tokens}
+            if args.continuous_batching else None
+        ),
         device=args.device,
         dtype=args.dtype,
         log_level=args.log_level,

@@ -1,0 +1,210 @@
+"""Load test of `wedlm-hf serve`: WeDLM with continuous batching, WeDLM without it (one request at a time) and
+transformers' own `--continuous_batching` (AR, paged attention) on the same model, side by side in one run.
+
+Each arm's server is started on 127.0.0.1 in a subprocess, driven by 1, 4, 8 and 16 concurrent clients with
+mixed prompts (counting and code) and output lengths, streamed and not, then stopped. Reported per arm and
+concurrency: completion tokens per second over the wall time, p50/p95 latency, p50/p95 time to first token
+(streamed requests; a non-streamed request's first token is its whole answer), and failures.
+
+    python scripts/load_test_serve.py                          # the full run (minutes)
+    python scripts/load_test_serve.py --clients 1 2 --requests 4   # a smoke run
+"""
+
+import argparse
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+import wedlm_hf
+
+ARMS = {
+    "wedlm-cb": "WeDLM, --continuous-batching",
+    "wedlm": "WeDLM, one request at a time",
+    "ar-cb": "transformers --continuous_batching (AR)",
+}
+COUNTING = ["1, 2, 3, 4,", "10, 11, 12, 13,", "100, 101, 102,", "5, 10, 15, 20,"]
+CODE = ["def add(a, b):", "for i in range(10):", "class Point:", "import os\n"]
+OUTPUT_LENGTHS = [32, 96, 64, 16]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def server_command(arm: str, model: str, port: int, max_batch_size: int) -> list[str]:
+    if arm == "ar-cb":
+        return [sys.executable, __file__, "--serve-ar-cb", str(port), "--model", model]
+    command = ["serve", model, "--host", "127.0.0.1", "--port", str(port)]
+    if arm == "wedlm-cb":
+        command += ["--continuous-batching", "--max-batch-size", str(max_batch_size)]
+    return [sys.executable, "-c", "import sys, wedlm_hf_cli; sys.exit(wedlm_hf_cli.main(sys.argv[1:]))", *command]
+
+
+def serve_ar_continuous_batching(model: str, port: int) -> None:
+    """transformers serve with its own continuous batching; the WeDLM classes made loadable, nothing else."""
+    from transformers.cli.serve import Serve
+
+    from wedlm_hf import serving
+
+    serving.install({})  # WeDLM architectures by name; transformers' CB manager decodes AR regardless
+    Serve(force_model=model, host="127.0.0.1", port=port, continuous_batching=True, log_level="error")
+
+
+def wait_healthy(base_url: str, process: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited with {process.returncode}")
+        try:
+            if httpx.get(f"{base_url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"no healthy server at {base_url} within {timeout} s")
+
+
+def workload(requests: int) -> list[dict]:
+    """Alternating counting and code prompts, mixed output lengths, every other request streamed."""
+    jobs = []
+    for i in range(requests):
+        prompts = COUNTING if i % 2 == 0 else CODE
+        jobs.append(
+            {"prompt": prompts[(i // 2) % len(prompts)], "max_tokens": OUTPUT_LENGTHS[i % 4], "stream": i % 4 < 2}
+        )
+    return jobs
+
+
+def send(client: httpx.Client, base_url: str, model: str, job: dict) -> dict:
+    """One completion request: latency, time to first token, completion tokens (or the error)."""
+    body = {"model": model, "prompt": job["prompt"], "max_tokens": job["max_tokens"], "stream": job["stream"]}
+    start = time.perf_counter()
+    try:
+        if not job["stream"]:
+            response = client.post(f"{base_url}/v1/completions", json=body)
+            response.raise_for_status()
+            latency = time.perf_counter() - start
+            return {"latency": latency, "ttft": latency, "tokens": response.json()["usage"]["completion_tokens"]}
+        first, tokens = None, 0
+        with client.stream("POST", f"{base_url}/v1/completions", json=body) as response:
+            response.raise_for_status()
+            for line in response.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if "error" in chunk:
+                    raise RuntimeError(chunk["error"])
+                if first is None and any(choice.get("text") for choice in chunk.get("choices", [])):
+                    first = time.perf_counter() - start
+                if chunk.get("usage"):
+                    tokens = chunk["usage"]["completion_tokens"]
+        latency = time.perf_counter() - start
+        return {"latency": latency, "ttft": first if first is not None else latency, "tokens": tokens}
+    except Exception as error:  # a failed request is counted, not fatal
+        return {"error": f"{type(error).__name__}: {error}"}
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))] if ordered else float("nan")
+
+
+def drive(base_url: str, model: str, clients: int, requests: int, timeout: float) -> dict:
+    jobs = workload(requests)
+    with httpx.Client(timeout=timeout) as client, ThreadPoolExecutor(clients) as pool:
+        start = time.perf_counter()
+        results = list(pool.map(lambda job: send(client, base_url, model, job), jobs))
+        wall = time.perf_counter() - start
+    done = [r for r in results if "error" not in r]
+    streamed = [r["ttft"] for r, job in zip(results, jobs) if job["stream"] and "error" not in r]
+    errors = [r["error"] for r in results if "error" in r]
+    return {
+        "tokens_per_s": sum(r["tokens"] for r in done) / wall,
+        "p50_latency": percentile([r["latency"] for r in done], 0.5),
+        "p95_latency": percentile([r["latency"] for r in done], 0.95),
+        "p50_ttft": percentile(streamed, 0.5),
+        "p95_ttft": percentile(streamed, 0.95),
+        "errors": len(errors),
+        "first_error": errors[0] if errors else "",
+        "wall_s": wall,
+    }
+
+
+def run_arm(arm: str, args: argparse.Namespace) -> dict[int, dict]:
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    command = server_command(arm, args.model, port, max(args.clients))
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_healthy(base_url, process, args.start_timeout)
+        drive(base_url, args.model, 1, 2, args.timeout)  # warm-up: first-request loading and allocation
+        return {clients: drive(base_url, args.model, clients, args.requests, args.timeout) for clients in args.clients}
+    except (RuntimeError, TimeoutError) as error:
+        stderr = process.stderr.read()[-2000:] if process.poll() is not None else ""
+        print(f"{arm}: {error}\n{stderr}", file=sys.stderr)
+        return {}
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def table(results: dict[str, dict[int, dict]], clients: list[int]) -> str:
+    header = (
+        "| clients | arm | tokens/s | vs sequential | p50 latency s | p95 latency s | p50 TTFT s | p95 TTFT s | "
+        "errors |\n|---|---|---|---|---|---|---|---|---|"
+    )
+    rows = []
+    for count in clients:
+        baseline = results.get("wedlm", {}).get(count, {}).get("tokens_per_s")
+        for arm, by_clients in results.items():
+            r = by_clients.get(count)
+            if r is None:
+                continue
+            ratio = f"{r['tokens_per_s'] / baseline:.2f}x" if baseline else "-"
+            rows.append(
+                f"| {count} | {ARMS[arm]} | {r['tokens_per_s']:.1f} | {ratio} | {r['p50_latency']:.3f} | "
+                f"{r['p95_latency']:.3f} | {r['p50_ttft']:.3f} | {r['p95_ttft']:.3f} | {r['errors']} |"
+            )
+    return "\n".join([header, *rows])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=wedlm_hf.DEFAULT_MODEL)
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 4, 8, 16])
+    parser.add_argument("--requests", type=int, default=32, help="requests per concurrency level")
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--timeout", type=float, default=120, help="seconds per request")
+    parser.add_argument("--start-timeout", type=float, default=180, help="seconds for a server to come up")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--serve-ar-cb", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve_ar_cb:
+        serve_ar_continuous_batching(args.model, args.serve_ar_cb)
+        return 0
+    results = {arm: run_arm(arm, args) for arm in args.arms}
+    print(f"model: {args.model}; {args.requests} requests per level; prompts: counting and code, alternating")
+    print(table(results, args.clients))
+    for arm, by_clients in results.items():
+        for count, r in by_clients.items():
+            if r["first_error"]:
+                print(f"{arm} at {count} clients, first error: {r['first_error']}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0 if all(results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

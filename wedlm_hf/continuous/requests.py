@@ -1,0 +1,44 @@
+"""What a continuous-batching client hands in and what it gets back, step by step."""
+
+import uuid
+from dataclasses import dataclass, field
+
+from ..generation import WeDLMStats
+
+LENGTH, STOP, CANCELLED, ERROR = "length", "stop", "cancelled", "error"
+"""Finish reasons: max_new_tokens reached; EOS or a stop string; cancelled by the client; failed (see `error`)."""
+
+
+@dataclass
+class GenerationRequest:
+    """One prompt to continue. Everything else (sampling, WeDLM settings, EOS) is shared by the scheduler's batch."""
+
+    input_ids: list[int]
+    max_new_tokens: int
+    stop_strings: list[str] | None = None
+    """Strings that end the output once it contains one (needs the scheduler's tokenizer)."""
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+@dataclass
+class RequestResult:
+    request_id: str
+    tokens: list[int]
+    """The generated tokens (EOS included when it ended the output)."""
+    finish_reason: str
+    stats: WeDLMStats | None = None
+    """The request's WeDLM statistics, as a `generate` call of its own would report them."""
+    error: str | None = None
+
+
+@dataclass
+class RequestUpdate:
+    """What one scheduler step produced for one request: its newly committed tokens, and its result if it ended."""
+
+    request_id: str
+    new_tokens: list[int]
+    result: RequestResult | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.result is not None

@@ -1,0 +1,158 @@
+"""WeDLM continuous batching behind `transformers serve`, through the server's own seam: a `BaseGenerateManager`
+(as transformers' `CBGenerateManager` is) that hands every request to one `ContinuousBatcher`, and a
+`GenerationState` that gives it to the handlers when the server runs with continuous batching. The server, its
+handlers and its OpenAI API stay transformers' own.
+
+Per request: the prompt, `max_tokens` (omitted: as many as fit the model's positions), `stop` strings,
+streaming and cancellation (a client that disconnects mid-stream frees its row at the next step). Shared by
+every request, as in transformers' CB: sampling, logits processors, EOS and the WeDLM settings, i.e. the model's
+generation config as `wedlm-hf serve` set it; a request that asks for other values is refused (HTTP 400) rather
+than silently served with the server's.
+"""
+
+import asyncio
+from types import SimpleNamespace
+
+from transformers import GenerationConfig, PreTrainedModel
+from transformers.cli.serving import utils as serving_utils
+
+from .manager import ContinuousBatcher
+from .requests import GenerationRequest, RequestUpdate
+
+PER_REQUEST = {"max_new_tokens", "max_length", "stop_strings", "use_cache", "transformers_version"}
+"""Generation config fields a request may set (transformers serve sets `use_cache=False` for CB itself)."""
+SAMPLING_ONLY = {"temperature", "top_p", "top_k", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff"}
+"""Fields that change nothing when neither the request nor the server samples (e.g. `temperature=0`)."""
+SERVE_DEFAULT_MAX_NEW_TOKENS = 1024
+"""What transformers serve sets when a request gives no `max_tokens` (and the model's default is lower)."""
+
+
+def shared_setting_conflicts(request: GenerationConfig, server: GenerationConfig) -> list[str]:
+    """The generation config fields `request` sets to values other than the server's shared ones."""
+    server_values, default = server.to_dict(), GenerationConfig().to_dict()
+    ignored = PER_REQUEST | (SAMPLING_ONLY if not (request.do_sample or server.do_sample) else set())
+    return sorted(
+        name
+        for name, value in request.to_diff_dict().items()
+        if name not in ignored and server_values.get(name, default.get(name)) != value
+    )
+
+
+class WeDLMCBGenerateManager(serving_utils.BaseGenerateManager):
+    """One `ContinuousBatcher` for the served model, created at its first request."""
+
+    def __init__(self, max_batch_size: int = 8, max_batch_tokens: int | None = None):
+        self.options = {"max_batch_size": max_batch_size, "max_batch_tokens": max_batch_tokens}
+        self.batcher: ContinuousBatcher | None = None
+
+    def init_cb(self, model: PreTrainedModel, gen_config: GenerationConfig) -> None:
+        """Nothing: the batcher also needs the tokenizer (stop strings), so the first request creates it."""
+
+    def generate_streaming(self, model, processor, inputs, gen_config, request_id, response_parser=None):
+        request = self._request(model, processor, inputs, gen_config, request_id)
+        loop, text_queue = asyncio.get_running_loop(), asyncio.Queue()
+        tokenizer = getattr(processor, "tokenizer", processor)._tokenizer
+        streamer = serving_utils.CBStreamer(self, request_id, tokenizer, loop, text_queue, response_parser)
+        generated: list[int] = []
+
+        def deliver(update: RequestUpdate) -> None:  # on the event loop
+            try:
+                if update.finished and update.result.error is not None:
+                    text_queue.put_nowait(serving_utils._StreamError(update.result.error))
+                    return
+                generated.extend(update.new_tokens)
+                streamer.put(SimpleNamespace(generated_tokens=generated))  # all CBStreamer reads of an output
+                if update.finished:
+                    streamer.end()
+            except Exception as error:
+                text_queue.put_nowait(serving_utils._StreamError(str(error)))
+
+        self._submit(request, lambda update: loop.call_soon_threadsafe(deliver, update))
+        return text_queue, streamer
+
+    async def generate_non_streaming(self, model, processor, inputs, gen_config, request_id):
+        request = self._request(model, processor, inputs, gen_config, request_id)
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+
+        def deliver(update: RequestUpdate) -> None:
+            if update.finished and not future.done():
+                future.set_result(update.result)
+
+        self._submit(request, lambda update: loop.call_soon_threadsafe(deliver, update))
+        try:
+            result = await future
+        except asyncio.CancelledError:  # the client went away
+            self.cancel_request(request_id)
+            raise
+        if result.error is not None:
+            raise RuntimeError(f"WeDLM continuous batching failed for request {request_id}: {result.error}")
+        text = processor.decode(result.tokens, skip_special_tokens=True)
+        return text, len(request.input_ids), result.tokens
+
+    def cancel_request(self, request_id: str) -> None:
+        """What `CBStreamer.cancel` calls when a streaming client disconnects."""
+        if self.batcher is not None:
+            self.batcher.cancel(request_id)
+
+    def is_alive(self) -> bool:
+        return self.batcher is None or self.batcher.is_alive()
+
+    def stop(self) -> None:
+        if self.batcher is not None:
+            self.batcher.close(timeout=5)
+
+    def _submit(self, request: GenerationRequest, listener) -> None:
+        from fastapi import HTTPException
+
+        try:
+            self.batcher.submit_request(request, listener)
+        except ValueError as error:  # e.g. a request id already in flight
+            raise HTTPException(status_code=400, detail=str(error)) from None
+        except RuntimeError as error:  # the decoding thread is gone: the server's health check says so too
+            raise serving_utils.CBWorkerDeadError(str(error)) from None
+
+    def _request(self, model, processor, inputs, gen_config: GenerationConfig, request_id: str) -> GenerationRequest:
+        """The scheduler's request for one HTTP request, or an HTTP 400 naming what cannot be served."""
+        from fastapi import HTTPException
+
+        if self.batcher is None:
+            tokenizer = getattr(processor, "tokenizer", processor)
+            self.batcher = ContinuousBatcher(model, model.generation_config, tokenizer=tokenizer, **self.options)
+        conflicts = shared_setting_conflicts(gen_config, model.generation_config)
+        if conflicts:
+            raise HTTPException(
+                status_code=400,
+                detail=f"{', '.join(conflicts)}: with continuous batching, sampling and WeDLM settings are shared by "
+                "every request (the server's generation config, set by `wedlm-hf serve` options); drop them from "
+                "the request, or serve without --continuous-batching.",
+            )
+        input_ids = inputs["input_ids"]
+        input_ids = input_ids.flatten().tolist() if hasattr(input_ids, "flatten") else list(input_ids)
+        budget = gen_config.max_new_tokens
+        if budget is None or budget == max(SERVE_DEFAULT_MAX_NEW_TOKENS, model.generation_config.max_new_tokens or 0):
+            budget = max(self.batcher.scheduler.max_sequence_length - len(input_ids), 1)  # no max_tokens: all that fit
+        stop = gen_config.stop_strings
+        request = GenerationRequest(input_ids, budget, [stop] if isinstance(stop, str) else stop, request_id)
+        try:
+            self.batcher.scheduler.check(request)
+        except ValueError as error:
+            raise HTTPException(status_code=400, detail=str(error)) from None
+        return request
+
+
+class WeDLMGenerationState(serving_utils.GenerationState):
+    """The server's generation state, handing continuous-batching requests to `WeDLMCBGenerateManager`."""
+
+    batching: dict = {}
+    """`WeDLMCBGenerateManager` options, set by `wedlm_hf.serving.install`."""
+
+    def use_continuous_batching(self, model: PreTrainedModel, modality) -> bool:
+        return self._continuous_batching and modality == serving_utils.Modality.LLM
+
+    def get_manager(self, model_id: str, use_cb: bool = False) -> serving_utils.BaseGenerateManager:
+        if not use_cb:
+            return super().get_manager(model_id, use_cb=False)
+        if self._cb_manager is None:  # `wedlm-hf serve` pins one model: one manager serves it
+            self._cb_manager = WeDLMCBGenerateManager(**self.batching)
+        return self._cb_manager
