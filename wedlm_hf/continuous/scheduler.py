@@ -26,6 +26,7 @@ from ..generation.decoding import output_record, policy_class, start_decoding
 from ..generation.loop import DecodeLoop
 from ..generation.record import OutputRecord
 from ..generation.settings import WeDLMSettings
+from ..generation.processors import split_suppressed
 from ..generation.window import WindowLayout
 from ..generation.validation import check_request, check_settings, position_limit_error
 from .requests import CANCELLED, ERROR, LENGTH, STOP, GenerationRequest, RequestResult, RequestUpdate
@@ -60,8 +61,9 @@ class WeDLMScheduler:
         self.config = config = copy.deepcopy(generation_config or model.generation_config)
         self.device = device = model.device
         model._prepare_special_tokens(config, kwargs_has_attention_mask=True, device=device)
-        self.processors = model._get_logits_processor(config, device=device, model_kwargs={})
-        check_request(model, config, self.processors, {}, synced_gpus=False)
+        processors = model._get_logits_processor(config, device=device, model_kwargs={})
+        check_request(model, config, processors, {}, synced_gpus=False)
+        self.processors, suppressed = split_suppressed(processors)
         self.vocab_size = model.config.get_text_config().vocab_size
         self.settings = WeDLMSettings.resolve(config, model.config, self.vocab_size)
         check_settings(self.settings, model, config, self.processors)
@@ -75,7 +77,7 @@ class WeDLMScheduler:
         self.max_sequence_length = int(limit)
         self.max_batch_size, self.max_batch_tokens = max_batch_size, max_batch_tokens
         self.layout = WindowLayout.create(
-            self.settings.mask_token_id, self.settings.window_size, self.max_sequence_length, device
+            self.settings.mask_token_id, self.settings.window_size, self.max_sequence_length, device, suppressed
         )
         self.queue: deque[GenerationRequest] = deque()
         self.slots: list[Slot | None] = [None] * max_batch_size
