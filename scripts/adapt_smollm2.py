@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from wedlm_hf.finetune import FinetuneOptions, finetune
+from wedlm_hf.finetune.mask_token import record_mask_token, unused_special_token
 from wedlm_hf.loading import load_model_and_tokenizer
 from wedlm_hf.training.corpus import low_entropy_documents, read_stdlib, stdlib_files
 
@@ -139,7 +140,10 @@ DRIFT_PROMPTS = (  # general chat, none of the training topics or task phrasings
 
 
 def evaluate(work: Path, args: argparse.Namespace) -> None:
-    """The before/after table: the base model and the adapted one on held-out counting and code, plus drift."""
+    """The before/after table: the base model and the adapted one on held-out counting and code, plus drift.
+
+    Each side is written as soon as it is measured (evaluation.before.json / evaluation.after.json), so the two can
+    run at different times (`--sides`); evaluation.md joins whichever exist."""
     from wedlm_hf.bench.prompts import code_prompts as held_out_code, counting_prompts
     from wedlm_hf.evaluation import EvalPrompt, evaluate_model
 
@@ -150,19 +154,23 @@ def evaluate(work: Path, args: argparse.Namespace) -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if args.bf16 else torch.float32
     base, base_tokenizer = load_model_and_tokenizer(BASE, dtype=dtype)
-    adapted, tokenizer = load_model_and_tokenizer(str(work / "adapter"), dtype=dtype)
-    base, adapted = base.to(device), adapted.to(device)
+    base = base.to(device)
+    # lossless needs a mask id even before adaptation: the one the adapter is trained on (never in text anyway)
+    record_mask_token(base, base_tokenizer.convert_tokens_to_ids(unused_special_token(base_tokenizer)))
     options = dict(thresholds=args.thresholds, max_new_tokens=args.eval_new_tokens, repeats=args.repeats)
-    sections = {}
-    for name, model, model_tokenizer, extra in (
-        ("base SmolLM2-135M-Instruct (before)", base, base_tokenizer, {}),
-        ("adapted (after)", adapted, tokenizer, dict(base_model=base, base_tokenizer=base_tokenizer, chat_prompts=chats)),
-    ):
-        report = evaluate_model(model, model_tokenizer, prompts, **options, **extra)
-        sections[name] = report
-        print(f"## {name}\n\n{report.markdown()}\n", flush=True)
-    (work / "evaluation.json").write_text(json.dumps({k: r.to_dict() for k, r in sections.items()}, indent=2))
-    (work / "evaluation.md").write_text("".join(f"### {k}\n\n{r.markdown()}\n\n" for k, r in sections.items()))
+    for side in args.sides:
+        if side == "before":
+            report = evaluate_model(base, base_tokenizer, prompts, **options)
+        else:
+            adapted, tokenizer = load_model_and_tokenizer(str(work / "adapter"), dtype=dtype)
+            drift = dict(base_model=base, base_tokenizer=base_tokenizer, chat_prompts=chats)
+            report = evaluate_model(adapted.to(device), tokenizer, prompts, **options, **drift)
+        report.write_json(work / f"evaluation.{side}.json")
+        (work / f"evaluation.{side}.md").write_text(report.markdown())
+        print(f"## {side}\n\n{report.markdown()}", flush=True)
+    titles = {"before": "SmolLM2-135M-Instruct as shipped (before)", "after": "adapted: smollm2-wedlm (after)"}
+    parts = [(t, work / f"evaluation.{side}.md") for side, t in titles.items()]
+    (work / "evaluation.md").write_text("".join(f"#### {t}\n\n{p.read_text()}\n" for t, p in parts if p.exists()))
 
 
 def ship(work: Path) -> None:
@@ -179,7 +187,7 @@ def ship(work: Path) -> None:
     (SHIPPED / "adapter_config.json").write_text(json.dumps(config, indent=2))
     weights = load_file(source / "adapter_model.safetensors")
     save_file({k: v.half().contiguous() for k, v in weights.items()}, SHIPPED / "adapter_model.safetensors")
-    for name in ("finetune_summary.json", "evaluation.json", "evaluation.md"):
+    for name in ("finetune_summary.json", "evaluation.before.json", "evaluation.after.json", "evaluation.md"):
         for folder in (source, work):
             if (folder / name).exists():
                 shutil.copy(folder / name, SHIPPED / name)
@@ -201,11 +209,12 @@ def main() -> None:
     parser.add_argument("--code-prompts", type=int, default=128, help="train-split code prompts to self-distill")
     parser.add_argument("--chat-prompts", type=int, default=64, help="chat prompts to self-distill")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--eval-prompts", type=int, default=8, help="held-out prompts per domain")
+    parser.add_argument("--eval-prompts", type=int, default=6, help="held-out prompts per domain")
+    parser.add_argument("--sides", nargs="+", default=["before", "after"], help="evaluate the base, the adapted, or both")
     parser.add_argument("--eval-new-tokens", type=int, default=96)
-    parser.add_argument("--thresholds", type=float, nargs="+", default=[0.2, 0.4, 0.8])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--eval-threads", type=int, default=2)
+    parser.add_argument("--thresholds", type=float, nargs="+", default=[0.2, 0.4])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--eval-threads", type=int, default=1)
     parser.add_argument("--bf16", action="store_true", help="bf16 training and evaluation (the GPU recipe)")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)

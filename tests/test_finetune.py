@@ -16,7 +16,7 @@ from wedlm_hf.finetune import FinetuneOptions, finetune
 from wedlm_hf.finetune.data import build_rows, read_records
 from wedlm_hf.finetune import mask_token
 from wedlm_hf.finetune.mask_token import ensure_mask_token, unused_special_token
-from wedlm_hf.loading import load_model_and_tokenizer
+from wedlm_hf.loading import load_model_and_tokenizer, pretrained_path
 from wedlm_hf.training import DualStreamCollator
 
 CHAT = {"messages": [{"role": "user", "content": "count to five"}, {"role": "assistant", "content": "1, 2, 3, 4, 5"}]}
@@ -170,6 +170,10 @@ def test_lora_writes_an_adapter_that_loads_with_peft(tiny_llama, counting_data, 
         torch.testing.assert_close(merged(probe).logits, with_peft(probe).logits, atol=1e-4, rtol=1e-4)
         untouched = load_model_and_tokenizer(str(tiny_llama))[0](probe).logits
     assert not torch.allclose(merged(probe).logits, untouched, atol=1e-3)  # the adapter changed something
+    plain = AutoModelForCausalLM.from_pretrained(pretrained_path(str(output)))  # for code that loads by path (serve)
+    assert plain.generation_config.decoding == "wedlm"
+    with torch.no_grad():
+        torch.testing.assert_close(plain(probe).logits, merged(probe).logits)
 
 
 def test_cli_finetune_errors_are_one_line(tmp_path, tiny_llama, capsys):

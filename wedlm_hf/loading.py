@@ -4,7 +4,8 @@ A name is a local folder or Hub id (what `from_pretrained` takes), `folder:file.
 folder), one of the short names in `NAMED_MODELS`, or a local PEFT adapter folder (`wedlm-hf finetune --lora-r`):
 its base (any of the above, e.g. `smollm2`) is loaded and the adapter merged into it, and the adapter folder's
 tokenizer and generation config (mask token, WeDLM defaults) are the ones used. A model loaded from GGUF is rebuilt as a plain model from the dequantized weights, because
-transformers refuses to save or fine-tune a GGUF-loaded model.
+transformers refuses to save or fine-tune a GGUF-loaded model. `pretrained_path` gives code that loads by path
+itself (the server) a folder plain `from_pretrained` reads.
 """
 
 import functools
@@ -135,3 +136,29 @@ def dequantized_copy(folder: str, gguf: str) -> Path:
     except OSError:  # another process finished first
         shutil.rmtree(partial)
     return cache
+
+
+def pretrained_path(name: str | None) -> str:
+    """A folder (or Hub id) that plain `from_pretrained` loads as the model `name` stands for, for code that loads
+    by path itself (`transformers serve`, the demo's config preview): a GGUF file's dequantized copy, an adapter's
+    merged copy (kept under the temp dir, keyed by the adapter file's size and mtime), else the resolved path."""
+    path = resolve(name)
+    folder, gguf = split_gguf(path)
+    if gguf is not None:
+        return str(dequantized_copy(str(Path(folder).expanduser().resolve()), gguf))
+    adapter = Path(path).expanduser()
+    if not (adapter / ADAPTER_CONFIG).is_file():
+        return path
+    weights = next(adapter.glob("adapter_model.*"))
+    stat = weights.stat()
+    merged = Path(tempfile.gettempdir()) / f"wedlm-hf-merged-{adapter.name}-{stat.st_size}-{stat.st_mtime_ns}"
+    if not (merged / "config.json").exists():
+        model, tokenizer = load_adapter(adapter.resolve(), torch.float32)
+        partial = Path(tempfile.mkdtemp(prefix=merged.name + ".partial-", dir=merged.parent))
+        model.save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
+        try:
+            os.rename(partial, merged)
+        except OSError:  # another process finished first
+            shutil.rmtree(partial)
+    return str(merged)

@@ -6,7 +6,9 @@ from .generate import add_wedlm_arguments, wedlm_keywords
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", nargs="?", help="local path or Hub id (default: the embedded checkpoint)")
+    parser.add_argument(
+        "model", nargs="?", help="local path, Hub id, folder:file.gguf, adapter folder or named model (default: the embedded checkpoint)"
+    )
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (0.0.0.0 exposes the server)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--device", default="auto", help="device map, e.g. auto, cpu, cuda:0")
@@ -29,7 +31,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import wedlm_hf
+    from wedlm_hf.loading import pretrained_path
     from wedlm_hf.serving import serve
 
     defaults = wedlm_keywords(args)
@@ -37,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         defaults["wedlm_lossless"] = True
     print(f"serving on http://{args.host}:{args.port}/v1 (OpenAI API); Ctrl-C stops", flush=True)
     serve(
-        args.model or wedlm_hf.DEFAULT_MODEL,
+        pretrained_path(args.model),
         host=args.host,
         port=args.port,
         generation_defaults=defaults,

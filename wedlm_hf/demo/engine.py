@@ -25,6 +25,7 @@ from transformers import (
 from transformers.generation.streamers import BaseStreamer
 
 import wedlm_hf
+from wedlm_hf.loading import load_model_and_tokenizer, pretrained_path
 
 from .logic import DecodeParams, InputError, generate_options
 
@@ -117,13 +118,13 @@ _load_lock = threading.Lock()
 
 @lru_cache(maxsize=2)
 def _load(name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    tokenizer = AutoTokenizer.from_pretrained(name)
-    model = AutoModelForCausalLM.from_pretrained(name).eval()
+    model, tokenizer = load_model_and_tokenizer(name)
     return wedlm_hf.enable(model), tokenizer
 
 
 def load_model(name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Model and tokenizer from a local path or Hub id, kept for the next request (two models at most)."""
+    """Model and tokenizer from a local path, Hub id or named model (`smollm2-wedlm`, ...), kept for the next
+    request (two models at most)."""
     name = (name or "").strip()
     if not name:
         raise InputError("Choose a model: the embedded checkpoint, a local path or a Hub id.")
@@ -135,7 +136,7 @@ def load_generation_config(name: str) -> GenerationConfig | None:
     """The generation config of a local path or Hub id without loading its weights; None when there is none or it
     cannot be read (the page then starts from the library defaults)."""
     try:
-        return GenerationConfig.from_pretrained((name or "").strip())
+        return GenerationConfig.from_pretrained(pretrained_path((name or "").strip()))
     except (OSError, ValueError):
         return None
 
