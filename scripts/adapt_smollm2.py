@@ -162,7 +162,7 @@ def evaluate(work: Path, args: argparse.Namespace) -> None:
         if side == "before":
             report = evaluate_model(base, base_tokenizer, prompts, **options)
         else:
-            adapted, tokenizer = load_model_and_tokenizer(str(work / "adapter"), dtype=dtype)
+            adapted, tokenizer = load_model_and_tokenizer(str(args.adapter or work / "adapter"), dtype=dtype)
             drift = dict(base_model=base, base_tokenizer=base_tokenizer, chat_prompts=chats)
             report = evaluate_model(adapted.to(device), tokenizer, prompts, **options, **drift)
         report.write_json(work / f"evaluation.{side}.json")
@@ -211,6 +211,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval-prompts", type=int, default=6, help="held-out prompts per domain")
     parser.add_argument("--sides", nargs="+", default=["before", "after"], help="evaluate the base, the adapted, or both")
+    parser.add_argument("--adapter", type=Path, help="the adapter the after side evaluates (default: --work/adapter; "
+                        "wedlm_hf/checkpoints/smollm2-wedlm is the shipped fp16 one)")
     parser.add_argument("--eval-new-tokens", type=int, default=96)
     parser.add_argument("--thresholds", type=float, nargs="+", default=[0.2, 0.4])
     parser.add_argument("--repeats", type=int, default=2)
