@@ -73,14 +73,17 @@ def wait_healthy(base_url: str, process: subprocess.Popen, timeout: float) -> No
     raise TimeoutError(f"no healthy server at {base_url} within {timeout} s")
 
 
-def workload(requests: int) -> list[dict]:
-    """Alternating counting and code prompts, mixed output lengths, every other request streamed."""
-    jobs = []
+PROMPT_SETS = {"mixed": (COUNTING, CODE), "counting": (COUNTING,), "code": (CODE,)}
+
+
+def workload(requests: int, prompt_set: str = "mixed") -> list[dict]:
+    """Prompts of `prompt_set` (mixed: counting and code alternating), mixed output lengths, every other pair of
+    requests streamed."""
+    jobs, sets = [], PROMPT_SETS[prompt_set]
     for i in range(requests):
-        prompts = COUNTING if i % 2 == 0 else CODE
-        jobs.append(
-            {"prompt": prompts[(i // 2) % len(prompts)], "max_tokens": OUTPUT_LENGTHS[i % 4], "stream": i % 4 < 2}
-        )
+        prompts = sets[i % len(sets)]
+        prompt = prompts[(i // len(sets)) % len(prompts)]
+        jobs.append({"prompt": prompt, "max_tokens": OUTPUT_LENGTHS[i % 4], "stream": i % 4 < 2})
     return jobs
 
 
@@ -118,8 +121,8 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))] if ordered else float("nan")
 
 
-def drive(base_url: str, model: str, clients: int, requests: int, timeout: float) -> dict:
-    jobs = workload(requests)
+def drive(base_url: str, model: str, clients: int, requests: int, timeout: float, prompt_set: str = "mixed") -> dict:
+    jobs = workload(requests, prompt_set)
     with httpx.Client(timeout=timeout) as client, ThreadPoolExecutor(clients) as pool:
         start = time.perf_counter()
         results = list(pool.map(lambda job: send(client, base_url, model, job), jobs))
@@ -147,7 +150,10 @@ def run_arm(arm: str, args: argparse.Namespace) -> dict[int, dict]:
     try:
         wait_healthy(base_url, process, args.start_timeout)
         drive(base_url, args.model, 1, 2, args.timeout)  # warm-up: first-request loading and allocation
-        return {clients: drive(base_url, args.model, clients, args.requests, args.timeout) for clients in args.clients}
+        return {
+            clients: drive(base_url, args.model, clients, args.requests, args.timeout, args.prompts)
+            for clients in args.clients
+        }
     except (RuntimeError, TimeoutError) as error:
         stderr = process.stderr.read()[-2000:] if process.poll() is not None else ""
         print(f"{arm}: {error}\n{stderr}", file=sys.stderr)
@@ -188,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     parser.add_argument("--timeout", type=float, default=120, help="seconds per request")
     parser.add_argument("--start-timeout", type=float, default=180, help="seconds for a server to come up")
+    parser.add_argument(
+        "--prompts", default="mixed", choices=list(PROMPT_SETS), help="mixed: counting and code alternating"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--serve-ar-cb", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -195,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         serve_ar_continuous_batching(args.model, args.serve_ar_cb)
         return 0
     results = {arm: run_arm(arm, args) for arm in args.arms}
-    print(f"model: {args.model}; {args.requests} requests per level; prompts: counting and code, alternating")
+    print(f"model: {args.model}; {args.requests} requests per level; prompts: {args.prompts}")
     print(table(results, args.clients))
     for arm, by_clients in results.items():
         for count, r in by_clients.items():
