@@ -3,16 +3,16 @@
 Phases (all by default; each is resumable, so a stopped run goes on where it was):
   data      training JSONL under --work: generated low-entropy documents (counting, arithmetic, repeated lists) and
             stdlib *train-split* source as they are, plus the base model's own greedy continuations of train-split
-            code prompts (three times) and of general chat prompts (twice) (self-distillation: lossless decoding accepts a draft only when it equals the
-            model's greedy token, so its own outputs are the targets that pay; the AR loss on them keeps its
-            greedy behaviour, i.e. little drift)
+            code prompts (three times) and of general chat prompts (twice) (self-distillation: lossless decoding
+            accepts a draft only when it equals the model's greedy token, so its own outputs are the targets that
+            pay; the AR loss on them is meant to keep its greedy behaviour)
   train     `wedlm_hf.finetune` with a LoRA adapter (the mask is the unused special token `<empty_output>`, its
             embedding row trained), block 16 = the decoding window, resumable from its checkpoints
   evaluate  the before/after table on held-out prompts (held-out stdlib code, counting, chat drift), written to
-            --work/evaluation.json and .md
+            --work/evaluation.{before,after}.json/.md and joined in --work/evaluation.md
   ship      the adapter in fp16 as the embedded `smollm2-wedlm` model (wedlm_hf/checkpoints/smollm2-wedlm)
 
-    python scripts/adapt_smollm2.py --minutes 70 --max-steps 400 --seq-len 192 --batch-size 6   # 2-vCPU CPU, ~90 min
+    python scripts/adapt_smollm2.py --minutes 72 --max-steps 200 --seq-len 192 --batch-size 6 --lr 8e-4  # 2-vCPU CPU
     scripts/gpu_adapt.sh                                                                      # one H200, ~10 min
 """
 

@@ -5,7 +5,7 @@ paired per-repeat ratios, so load drift hits both sides of a ratio alike):
 |---|---|---|
 | W=16 step vs the bare loop of forwards of the same widths (embedded checkpoint, held-out code) | time ratio | <= 1.05 |
 | W=1 step (one slot per step) vs transformers' greedy step | time ratio | <= 1.15 |
-| ... split: W=1's bare forwards (two tokens each) vs greedy, and the W=1 step vs those forwards | time ratios | - |
+| ... split: W=1 vs greedy inside the model's forwards (two tokens fed vs one), and outside them | time ratios | - |
 | host syncs per step, plain and lossless | count | <= 2 |
 | lossless vs greedy tokens/s, embedded held-out code | speed ratio | >= 1.0 |
 | lossless adaptive vs lossless full drafts ("today's"), counting | speed ratio | >= 1.0 |
@@ -14,9 +14,12 @@ paired per-repeat ratios, so load drift hits both sides of a ratio alike):
 
 The bare loop replays the W=16 decode's own forwards (same input widths, same cache growth: each forward's
 window cropped to what the decode committed) as plain transformers calls with a `DynamicCache`, so it times the
-forwards alone. All decodes are greedy with EOS disabled (exact lengths). Also printed: ms per WeDLM step of the
-bench's random model at `--vocab`, for before/after comparisons of two versions of the decoder (run this script
-against each, e.g. one from `git worktree add /tmp/old <commit>` first on PYTHONPATH).
+forwards alone. The W=1 split times the same decodes with hooks on the model's forward, so its two parts are
+the forward's share (a W=1 forward feeds two tokens: the slot filled last step, whose K/V it writes, and the next
+mask slot) and the rest of the step (the decoding loop, mask building and `generate()`'s own work). All decodes
+are greedy with EOS disabled (exact lengths). Also printed: ms per WeDLM step of the bench's random model at
+`--vocab`, for before/after comparisons of two versions of the decoder (run this script against each, e.g. one
+from `git worktree add /tmp/old <commit>` first on PYTHONPATH).
 
     python scripts/step_cost.py [--repeats 5] [--new-tokens 64] [--smollm2] [--threads 1]
 """
@@ -67,6 +70,42 @@ def bare_forwards(model, prompt: torch.Tensor, new_tokens: int, options: dict) -
             past += kept
 
     return run
+
+
+class ForwardClock:
+    """Seconds spent inside the model's top-level forward calls, accumulated across calls."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.seconds, self._entered = 0.0, 0.0
+        self._hooks = [model.register_forward_pre_hook(self._enter), model.register_forward_hook(self._leave)]
+
+    def _enter(self, *_) -> None:
+        self._entered = time.perf_counter()
+
+    def _leave(self, *_) -> None:
+        self.seconds += time.perf_counter() - self._entered
+
+    def remove(self) -> None:
+        for hook in self._hooks:
+            hook.remove()
+
+
+def forward_split(model, first: Callable, second: Callable, repeats: int) -> tuple[float, float]:
+    """Medians over interleaved repeats of first/second time spent inside the model's forwards, and outside."""
+    clock, inside, outside = ForwardClock(model), [], []
+    try:
+        for repeat in range(repeats + 1):  # repeat 0 warms up
+            times = {}
+            for name, run in sorted({"first": first, "second": second}.items(), reverse=bool(repeat % 2)):
+                clock.seconds = 0.0
+                total = timed(run)
+                times[name] = (clock.seconds, total - clock.seconds)
+            if repeat:
+                inside.append(times["first"][0] / times["second"][0])
+                outside.append(times["first"][1] / times["second"][1])
+    finally:
+        clock.remove()
+    return statistics.median(inside), statistics.median(outside)
 
 
 def timed(run: Callable[[], object]) -> float:
@@ -134,12 +173,9 @@ def main() -> None:
     w16, w1 = {"wedlm_window_size": 16}, {"wedlm_window_size": 1, "wedlm_entropy_threshold": None}
     lossless, full = {"wedlm_lossless": True}, {"wedlm_lossless": True, "wedlm_draft_schedule": "full"}
     bare = [bare_forwards(model, p, n, w16) for p in code]
-    bare_w1 = [bare_forwards(model, p, n, w1) for p in code]
     pairs = {
         "W=16 step / bare forwards": (decodes(model, code, n, decoding="wedlm", **w16), lambda: [r() for r in bare]),
         "W=1 step / greedy step": (decodes(model, code, n, decoding="wedlm", **w1), decodes(model, code, n, decoding="ar")),
-        "W=1 bare forwards / greedy step": (lambda: [r() for r in bare_w1], decodes(model, code, n, decoding="ar")),
-        "W=1 step / bare forwards": (decodes(model, code, n, decoding="wedlm", **w1), lambda: [r() for r in bare_w1]),
         "lossless speed / greedy, code": (decodes(model, code, n, decoding="ar"), decodes(model, code, n, decoding="wedlm", **lossless)),
         "lossless adaptive / full, counting": (
             decodes(model, counting, n, decoding="wedlm", **full), decodes(model, counting, n, decoding="wedlm", **lossless)
@@ -154,6 +190,7 @@ def main() -> None:
             decodes(smol, smol_prompts, n, decoding="ar"), decodes(smol, smol_prompts, n, decoding="wedlm", **lossless)
         )
     ratios = paired(pairs, args.repeats)
+    w1_inside, w1_outside = forward_split(model, *pairs["W=1 step / greedy step"], args.repeats)
     counting_tpf = statistics.mean(
         generate(model, p, n, decoding="wedlm").wedlm_stats.tokens_per_forward[0] for p in counting
     )
@@ -162,10 +199,8 @@ def main() -> None:
     rows = [
         ("W=16 step / bare loop of same-width forwards (code)", f"{ratios['W=16 step / bare forwards']:.3f}x", "<= 1.05x"),
         ("W=1 step / greedy step (code)", f"{ratios['W=1 step / greedy step']:.3f}x", "<= 1.15x"),
-        # the floor of the row above: a W=1 forward feeds two tokens (the slot filled last step, whose K/V it
-        # writes, and the next mask slot), greedy's one; the second row is the step's own cost over that floor
-        ("  of which: W=1 bare forwards / greedy step", f"{ratios['W=1 bare forwards / greedy step']:.3f}x", "-"),
-        ("  and: W=1 step / its bare forwards", f"{ratios['W=1 step / bare forwards']:.3f}x", "-"),
+        ("  split: inside the model's forwards, W=1 / greedy", f"{w1_inside:.3f}x", "-"),
+        ("  split: outside them (loop, masks, generate()), W=1 / greedy", f"{w1_outside:.3f}x", "-"),
         ("host syncs per step, plain W=16", f"{syncs_per_step(model, code[0], n, **w16):.2f}", "<= 2"),
         ("host syncs per step, lossless", f"{syncs_per_step(model, code[0], n, **lossless):.2f}", "<= 2"),
         (
