@@ -125,6 +125,7 @@ def train(work: Path, data: Path, args: argparse.Namespace) -> dict:
         window_size=16,
         entropy_threshold=args.threshold,
         pos_penalty_factor=0.02,
+        lossless=True,  # its drafts pass on counting-like text only: plain decoding garbles code (docs/finetune.md)
         bf16=args.bf16,
         evaluate=False,  # this script's own evaluate phase measures against the base model, with drift
     )

@@ -90,6 +90,34 @@ def test_lossless_equals_ar_and_stream_equals_print(capsys):
     assert streamed == ar_text
 
 
+@pytest.mark.parametrize("flags,lossless", [((), None), (("--lossless",), True), (("--plain",), False)])
+def test_mode_flags_set_lossless_or_leave_it_to_the_generation_config(flags, lossless):
+    from wedlm_hf.commands.generate import generation_options
+    from wedlm_hf_cli import build_parser
+
+    argv = ["generate", "x", *flags]
+    options = generation_options(build_parser(argv).parse_args(argv))
+    assert options["decoding"] == "wedlm" and options.get("wedlm_lossless") is lossless
+
+
+def test_plain_overrides_a_lossless_generation_config(capsys, tmp_path):
+    """A model whose generation config defaults to lossless (as the shipped SmolLM2 adapter's does) decodes
+    exactly greedy by default, and `--plain` gives plain WeDLM's parallel commits."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(wedlm_hf.DEFAULT_MODEL)
+    model.generation_config.wedlm_lossless = True
+    model.save_pretrained(tmp_path)
+    AutoTokenizer.from_pretrained(wedlm_hf.DEFAULT_MODEL).save_pretrained(tmp_path)
+    counting = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,"
+    common = ("--model", str(tmp_path), "--max-new-tokens", "32")
+    greedy, _ = generate(capsys, counting, "--ar", *common)
+    default, default_stats = generate(capsys, counting, *common)
+    plain, plain_stats = generate(capsys, counting, "--plain", *common)
+    assert default == greedy and "accepted=" in default_stats
+    assert "accepted=" not in plain_stats
+
+
 def test_chat_applies_the_template(capsys):
     # the embedded template is the messages' text, so one user message continues like the plain prompt
     chat = generate(capsys, PROMPT, "--chat", "--max-new-tokens", "8")[0]

@@ -20,6 +20,7 @@ from wedlm_hf.demo.logic import (
     DecodeParams,
     InputError,
     checkpoint_defaults,
+    lossless_default,
     first_difference,
     format_stats,
     format_verdict,
@@ -28,6 +29,7 @@ from wedlm_hf.demo.logic import (
     validate_params,
     validate_prompt,
 )
+from wedlm_hf.loading import NAMED_MODELS
 from wedlm_hf.generation.settings import DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY_FACTOR, DEFAULT_WINDOW_SIZE
 
 DEFAULTS = {name: spec.default for name, spec in SLIDERS.items()}
@@ -242,6 +244,14 @@ def test_sliders_start_from_the_checkpoint_generation_config():
     too_wide = GenerationConfig(wedlm_window_size=500)
     assert checkpoint_defaults(too_wide)[0]["window_size"] == SLIDERS["window_size"].maximum
     assert load_generation_config("/no/such/checkpoint") is None
+
+
+def test_lossless_checkbox_starts_from_the_checkpoint_generation_config():
+    assert not lossless_default(load_generation_config(wedlm_hf.DEFAULT_MODEL))
+    assert not lossless_default(None) and not lossless_default(GenerationConfig(do_sample=False))
+    assert lossless_default(GenerationConfig(wedlm_lossless=True))
+    shipped = GenerationConfig.from_pretrained(NAMED_MODELS["smollm2-wedlm"]())  # the adapter's folder, as shipped
+    assert lossless_default(shipped)
 
 
 def test_examples_cover_what_the_model_does_well_and_what_it_does_not():

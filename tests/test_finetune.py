@@ -147,6 +147,7 @@ def test_full_finetune_loss_falls_and_output_decodes_with_wedlm_by_default(tiny_
     assert type(model).__name__ == "LlamaForCausalLM"  # a non-Qwen family stays its own class
     config = model.generation_config
     assert config.decoding == "wedlm" and config.mask_token_id == model.config.mask_token_id
+    assert config.wedlm_lossless is False  # plain WeDLM unless asked for lossless
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "out")
     inputs = tokenizer("3, 4, 5,", return_tensors="pt")
     out = wedlm_hf.enable(model).generate(**inputs, max_new_tokens=8, return_dict_in_generate=True)
@@ -156,7 +157,8 @@ def test_full_finetune_loss_falls_and_output_decodes_with_wedlm_by_default(tiny_
 def test_lora_writes_an_adapter_that_loads_with_peft(tiny_llama, counting_data, tmp_path):
     peft = pytest.importorskip("peft")
     output = tmp_path / "adapter"
-    summary = finetune(str(tiny_llama), str(counting_data), str(output), FinetuneOptions(**FAST, lora_r=4, learning_rate=1e-2))
+    options = FinetuneOptions(**FAST, lora_r=4, learning_rate=1e-2, lossless=True)
+    summary = finetune(str(tiny_llama), str(counting_data), str(output), options)
     assert summary["written"] == "adapter" and (output / "adapter_model.safetensors").is_file()
     assert summary["eval"]["eval_loss"] < summary["eval_before"]["eval_loss"]
     base, _ = load_model_and_tokenizer(str(tiny_llama))
@@ -164,6 +166,10 @@ def test_lora_writes_an_adapter_that_loads_with_peft(tiny_llama, counting_data, 
     merged, tokenizer = load_model_and_tokenizer(str(output))  # base + adapter merged, the adapter's configs
     assert merged.generation_config.decoding == "wedlm"
     ids = tokenizer("1, 2, 3, 4", return_tensors="pt")["input_ids"]
+    with torch.no_grad():  # lossless=True made lossless its default: exactly greedy, drafts counted
+        default = wedlm_hf.enable(merged).generate(ids, max_new_tokens=8, return_dict_in_generate=True)
+        greedy = merged.generate(ids, decoding="ar", max_new_tokens=8)
+    assert torch.equal(default.sequences, greedy) and "drafted" in default.wedlm_stats.summary()
     mask_id = merged.generation_config.mask_token_id
     probe = torch.cat([ids, torch.tensor([[mask_id]])], dim=1)
     with torch.no_grad():

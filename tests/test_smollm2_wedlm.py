@@ -22,11 +22,18 @@ def adapted():
     return wedlm_hf.enable(model), tokenizer
 
 
-def test_loads_by_name_with_wedlm_as_its_default(adapted):
+def test_loads_by_name_with_lossless_wedlm_as_its_default(adapted):
+    """Lossless is its default: plain decoding's mask predictions are good on counting-like text only."""
     model, tokenizer = adapted
     config = model.generation_config
-    assert config.decoding == "wedlm" and config.mask_token_id == 16 and 16 in config.suppress_tokens
+    assert config.decoding == "wedlm" and config.wedlm_lossless is True
+    assert config.mask_token_id == 16 and 16 in config.suppress_tokens
     assert tokenizer.convert_ids_to_tokens(config.mask_token_id) == "<empty_output>"
+    inputs = tokenizer("def fibonacci(n):\n", return_tensors="pt")
+    with torch.inference_mode():
+        greedy = model.generate(**inputs, decoding="ar", max_new_tokens=24)
+        default = model.generate(**inputs, max_new_tokens=24)
+    assert torch.equal(default, greedy)
 
 
 def test_lossless_is_greedy_and_accepts_drafts_on_counting(adapted):

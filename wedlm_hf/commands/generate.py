@@ -47,6 +47,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     mode.add_argument(
         "--lossless", action="store_true", help="WeDLM verified against the model's own greedy output (identical to it)"
     )
+    mode.add_argument(
+        "--plain", action="store_true", help="plain WeDLM, also where the model's generation config defaults to lossless"
+    )
     add_wedlm_arguments(parser.add_argument_group("WeDLM parameters"))
     sampling = parser.add_argument_group("sampling (default: greedy)")
     sampling.add_argument("--do-sample", action="store_true", help="sample each token instead of taking the argmax")
@@ -116,8 +119,8 @@ def generation_options(args: argparse.Namespace) -> dict:
         options["decoding"] = "ar"
     else:
         options.update(decoding="wedlm", **wedlm)
-        if args.lossless:  # otherwise the generation config decides
-            options["wedlm_lossless"] = True
+        if args.lossless or args.plain:  # otherwise the generation config decides
+            options["wedlm_lossless"] = args.lossless
     for name in ("temperature", "top_p"):
         if getattr(args, name) is not None:
             if not args.do_sample:
@@ -170,9 +173,11 @@ def stats_line(output, count: int, seconds: float) -> str:
     if stats is None:
         return f"[ar] tokens={count} forwards={count} tokens/forward=1.00 tokens/s={count / seconds:.1f}"
     summary = stats.summary()
+    # lossless mode counts its drafts: the line says which mode ran, whichever flag or config chose it
+    drafts = f" accepted={summary['accepted']}/{summary['drafted']}" if "drafted" in summary else ""
     return (
         f"[wedlm] tokens={summary['generated']} forwards={summary['forwards']} "
-        f"tokens/forward={summary['tokens_per_forward_row_mean']:.2f} p_cache={summary['p_cache']:.3f} "
+        f"tokens/forward={summary['tokens_per_forward_row_mean']:.2f}{drafts} p_cache={summary['p_cache']:.3f} "
         f"tokens/s={summary['generated'] / seconds:.1f}"
     )
 

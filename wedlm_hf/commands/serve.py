@@ -25,7 +25,9 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="most prompt + max_tokens tokens summed over the batch (default: no bound but the batch size)",
     )
     wedlm = parser.add_argument_group("WeDLM parameters (set on the model's generation config, for every request)")
-    wedlm.add_argument("--lossless", action="store_true", help="output identical to greedy AR")
+    mode = wedlm.add_mutually_exclusive_group()
+    mode.add_argument("--lossless", action="store_true", help="output identical to greedy AR")
+    mode.add_argument("--plain", action="store_true", help="plain WeDLM, also where the model defaults to lossless")
     add_wedlm_arguments(wedlm)
     parser.set_defaults(run=run)
 
@@ -35,8 +37,8 @@ def run(args: argparse.Namespace) -> int:
     from wedlm_hf.serving import serve
 
     defaults = wedlm_keywords(args)
-    if args.lossless:
-        defaults["wedlm_lossless"] = True
+    if args.lossless or args.plain:  # otherwise the model's generation config decides
+        defaults["wedlm_lossless"] = args.lossless
     print(f"serving on http://{args.host}:{args.port}/v1 (OpenAI API); Ctrl-C stops", flush=True)
     serve(
         pretrained_path(args.model),

@@ -20,6 +20,7 @@ from .logic import (
     checkpoint_defaults,
     format_stats,
     format_verdict,
+    lossless_default,
     render_step_view,
     validate_params,
     validate_prompt,
@@ -77,10 +78,13 @@ def _verdict(progress: dict[str, SideProgress], sampled: bool) -> str:
     )
 
 
-def _slider_updates(model_name: str) -> list:
-    """The window sliders set to `model_name`'s generation config, and the line saying where the values came from."""
-    values, note = checkpoint_defaults(load_generation_config(model_name))
-    return [gr.update(value=values[name]) for name in CHECKPOINT_KEYS] + [note]
+def _default_updates(model_name: str) -> list:
+    """The window sliders and the lossless checkbox set to `model_name`'s generation config, and the line saying
+    where the values came from."""
+    config = load_generation_config(model_name)
+    values, note = checkpoint_defaults(config)
+    sliders = [gr.update(value=values[name]) for name in CHECKPOINT_KEYS]
+    return [*sliders, note, gr.update(value=lossless_default(config))]
 
 
 def build_app(default_model: str | None = None, concurrency_limit: int = 1, queue_size: int = 16) -> gr.Blocks:
@@ -140,7 +144,8 @@ def build_app(default_model: str | None = None, concurrency_limit: int = 1, queu
         if not runs.stop(request.session_hash):
             gr.Info("Nothing is running.")
 
-    defaults, defaults_line = checkpoint_defaults(load_generation_config(default_model))
+    default_config = load_generation_config(default_model)
+    defaults, defaults_line = checkpoint_defaults(default_config)
     with gr.Blocks(title="WeDLM parallel decoding", analytics_enabled=False) as app:
         gr.Markdown(
             "# WeDLM parallel decoding\n"
@@ -183,7 +188,7 @@ def build_app(default_model: str | None = None, concurrency_limit: int = 1, queu
             ]
         defaults_note = gr.Markdown(defaults_line, elem_id="defaults")
         lossless = gr.Checkbox(
-            False,
+            lossless_default(default_config),
             label="Lossless: verify WeDLM drafts against the model's own next-token logits (output identical to AR)",
             elem_id="lossless",
         )
@@ -204,7 +209,9 @@ def build_app(default_model: str | None = None, concurrency_limit: int = 1, queu
 
         by_name = dict(zip(SLIDERS, sliders))
         model_name.change(
-            _slider_updates, inputs=[model_name], outputs=[*(by_name[name] for name in CHECKPOINT_KEYS), defaults_note]
+            _default_updates,
+            inputs=[model_name],
+            outputs=[*(by_name[name] for name in CHECKPOINT_KEYS), defaults_note, lossless],
         )
         run_button.click(
             generate,

@@ -134,6 +134,12 @@ def checkpoint_defaults(generation_config: object | None) -> tuple[dict[str, flo
         source = "the library defaults (no WeDLM settings in the checkpoint's generation config)"
     return values, f"Decoding defaults: {shown}, from {source}."
 
+def lossless_default(generation_config: object | None) -> bool:
+    """Whether a checkpoint decodes losslessly by default (`wedlm_lossless` in its generation config, as the
+    SmolLM2 adapter's): the lossless checkbox starts there."""
+    return getattr(generation_config, "wedlm_lossless", False) is True
+
+
 def _check(name: str, value: object) -> float:
     spec = SLIDERS[name]
     if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):

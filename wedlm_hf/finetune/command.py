@@ -37,6 +37,7 @@ HELP = {
     "window_size": "wedlm_window_size written to the output's generation config",
     "entropy_threshold": "wedlm_entropy_threshold written to the output's generation config",
     "pos_penalty_factor": "wedlm_pos_penalty_factor written to the output's generation config",
+    "lossless": "make lossless WeDLM (exactly the greedy output) the output's default decoding instead of plain",
     "eval_prompts": "JSONL of held-out prompts for the end-of-run evaluation (default: the data's held-out rows)",
     "chat_prompts": "JSONL of general chat prompts: report the greedy drift from the base model on them",
 }

@@ -59,6 +59,10 @@ class FinetuneOptions:
     window_size: int = 16
     entropy_threshold: float = 0.4
     pos_penalty_factor: float = 0.02
+    lossless: bool = False
+    """Write lossless WeDLM as the output's default decoding: its output is exactly its greedy output, drafts
+    pay where they pass. The choice for a short run whose mask predictions are good on part of its text only
+    (plain decoding then commits wrong tokens elsewhere)."""
     evaluate: bool = True
     """Run the before/after decoding evaluation at the end (on `eval_prompts`, else the held-out rows)."""
     eval_prompts: str | None = None
@@ -234,7 +238,8 @@ def save_output(model, tokenizer: PreTrainedTokenizerBase, output_dir: str, opti
 
 
 def wedlm_generation_config(config: GenerationConfig, options: FinetuneOptions, mask_id: int) -> GenerationConfig:
-    """The model's generation config with WeDLM decoding (and these window settings) as its default."""
+    """The model's generation config with WeDLM decoding (plain or lossless, and these window settings) as its
+    default."""
     config = GenerationConfig.from_dict(config.to_dict())
     config._from_model_config = False  # else loading rebuilds it from the model config, dropping these
     config.decoding = "wedlm"
@@ -244,4 +249,5 @@ def wedlm_generation_config(config: GenerationConfig, options: FinetuneOptions, 
     config.wedlm_window_size = options.window_size
     config.wedlm_entropy_threshold = options.entropy_threshold
     config.wedlm_pos_penalty_factor = options.pos_penalty_factor
+    config.wedlm_lossless = options.lossless
     return config
