@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 import wedlm_hf
 from wedlm_hf.cli import main as wedlm_hf_cli
@@ -180,6 +180,10 @@ def test_lora_writes_an_adapter_that_loads_with_peft(tiny_llama, counting_data, 
     assert plain.generation_config.decoding == "wedlm"
     with torch.no_grad():
         torch.testing.assert_close(plain(probe).logits, merged(probe).logits)
+    config = json.loads((output / "generation_config.json").read_text())
+    (output / "generation_config.json").write_text(json.dumps({**config, "wedlm_window_size": 8}))
+    edited = GenerationConfig.from_pretrained(pretrained_path(str(output)))  # a new merged copy, not a stale one
+    assert edited.wedlm_window_size == 8
 
 
 def test_cli_finetune_errors_are_one_line(tmp_path, tiny_llama, capsys):

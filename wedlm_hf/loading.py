@@ -9,6 +9,7 @@ itself (the server) a folder plain `from_pretrained` reads.
 """
 
 import functools
+import hashlib
 import json
 import os
 import shutil
@@ -128,20 +129,27 @@ def dequantized_copy(folder: str, gguf: str) -> Path:
     del config.quantization_config
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(dequantized.state_dict())
-    partial = Path(tempfile.mkdtemp(prefix=cache.name + ".partial-", dir=cache.parent))
+    save_atomically(model, tokenizer, cache)
+    return cache
+
+
+def save_atomically(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, target: Path) -> None:
+    """Write `model` and `tokenizer` to `target` through a temporary sibling folder renamed into place, so that
+    concurrent processes (test workers, serve's loader) never read a half-written copy."""
+    partial = Path(tempfile.mkdtemp(prefix=target.name + ".partial-", dir=target.parent))
     model.save_pretrained(partial)
     tokenizer.save_pretrained(partial)
     try:
-        os.rename(partial, cache)
+        os.rename(partial, target)
     except OSError:  # another process finished first
         shutil.rmtree(partial)
-    return cache
 
 
 def pretrained_path(name: str | None) -> str:
     """A folder (or Hub id) that plain `from_pretrained` loads as the model `name` stands for, for code that loads
     by path itself (`transformers serve`, the demo's config preview): a GGUF file's dequantized copy, an adapter's
-    merged copy (kept under the temp dir, keyed by the adapter file's size and mtime), else the resolved path."""
+    merged copy (kept under the temp dir, keyed by the sizes and mtimes of the adapter folder's files), else the
+    resolved path."""
     path = resolve(name)
     folder, gguf = split_gguf(path)
     if gguf is not None:
@@ -149,16 +157,9 @@ def pretrained_path(name: str | None) -> str:
     adapter = Path(path).expanduser()
     if not (adapter / ADAPTER_CONFIG).is_file():
         return path
-    weights = next(adapter.glob("adapter_model.*"))
-    stat = weights.stat()
-    merged = Path(tempfile.gettempdir()) / f"wedlm-hf-merged-{adapter.name}-{stat.st_size}-{stat.st_mtime_ns}"
+    files = sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in adapter.iterdir() if f.is_file())
+    stamp = hashlib.sha1(repr(files).encode()).hexdigest()[:16]  # a changed generation config is a new copy too
+    merged = Path(tempfile.gettempdir()) / f"wedlm-hf-merged-{adapter.name}-{stamp}"
     if not (merged / "config.json").exists():
-        model, tokenizer = load_adapter(adapter.resolve(), torch.float32)
-        partial = Path(tempfile.mkdtemp(prefix=merged.name + ".partial-", dir=merged.parent))
-        model.save_pretrained(partial)
-        tokenizer.save_pretrained(partial)
-        try:
-            os.rename(partial, merged)
-        except OSError:  # another process finished first
-            shutil.rmtree(partial)
+        save_atomically(*load_adapter(adapter.resolve(), torch.float32), merged)
     return str(merged)
