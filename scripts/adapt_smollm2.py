@@ -4,9 +4,9 @@ Phases (all by default; each is resumable, so a stopped run goes on where it was
   data      training JSONL under --work: generated low-entropy documents (counting, arithmetic, repeated lists),
             optionally stdlib *train-split* source as it is (--code-chars), and the base model's own greedy
             continuations of train-split code prompts (three times) and of general chat prompts (twice)
-            (self-distillation: lossless decoding
-            accepts a draft only when it equals the model's greedy token, so its own outputs are the targets that
-            pay; the AR loss on them is meant to keep its greedy behaviour)
+            (self-distillation: lossless decoding accepts a draft only when it equals the model's greedy token,
+            so its own outputs are the targets that pay; the AR loss on them is meant to keep its greedy
+            behaviour)
   train     `wedlm_hf.finetune` with a LoRA adapter (the mask is the unused special token `<empty_output>`, its
             embedding row trained), block 16 = the decoding window, resumable from its checkpoints
   evaluate  the before/after table on held-out prompts (held-out stdlib code, counting, chat drift), written to

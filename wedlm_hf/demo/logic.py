@@ -134,6 +134,7 @@ def checkpoint_defaults(generation_config: object | None) -> tuple[dict[str, flo
         source = "the library defaults (no WeDLM settings in the checkpoint's generation config)"
     return values, f"Decoding defaults: {shown}, from {source}."
 
+
 def lossless_default(generation_config: object | None) -> bool:
     """Whether a checkpoint decodes losslessly by default (`wedlm_lossless` in its generation config, as the
     SmolLM2 adapter's): the lossless checkbox starts there."""
