@@ -113,7 +113,7 @@ def test_plain_overrides_a_lossless_generation_config(capsys, tmp_path):
     common = ("--model", str(tmp_path), "--max-new-tokens", "32")
     greedy, _ = generate(capsys, counting, "--ar", *common)
     default, default_stats = generate(capsys, counting, *common)
-    plain, plain_stats = generate(capsys, counting, "--plain", *common)
+    _, plain_stats = generate(capsys, counting, "--plain", *common)
     assert default == greedy and "accepted=" in default_stats
     assert "accepted=" not in plain_stats
 

@@ -20,17 +20,17 @@ from wedlm_hf.demo.logic import (
     DecodeParams,
     InputError,
     checkpoint_defaults,
-    lossless_default,
     first_difference,
     format_stats,
     format_verdict,
     generate_options,
+    lossless_default,
     render_step_view,
     validate_params,
     validate_prompt,
 )
-from wedlm_hf.loading import NAMED_MODELS
 from wedlm_hf.generation.settings import DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY_FACTOR, DEFAULT_WINDOW_SIZE
+from wedlm_hf.loading import NAMED_MODELS
 
 DEFAULTS = {name: spec.default for name, spec in SLIDERS.items()}
 
