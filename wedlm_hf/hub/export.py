@@ -7,7 +7,6 @@ imports (`from .cache import`); they import nothing but torch and transformers.
 """
 
 import ast
-import importlib.util
 import json
 import re
 import shutil
@@ -65,11 +64,8 @@ def generate(*args, model, **kwargs):
 
 
 def hub_config_dir() -> Path:
-    """The folder of shipped checkpoint configs: package data `wedlm_hf.hub_configs`, or the source tree's."""
-    spec = importlib.util.find_spec("wedlm_hf.hub_configs")
-    if spec is not None:
-        return Path(next(iter(spec.submodule_search_locations)))
-    return Path(__file__).resolve().parents[2] / "hub_configs"
+    """The folder of shipped checkpoint configs (package data `wedlm_hf.hub_configs`)."""
+    return Path(__file__).resolve().parents[1] / "hub_configs"
 
 
 HUB_CONFIG_NAMES = tuple(sorted(path.parent.name for path in hub_config_dir().glob("*/config.json")))
