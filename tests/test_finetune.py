@@ -154,10 +154,10 @@ def test_full_finetune_loss_falls_and_output_decodes_with_wedlm_by_default(tiny_
     assert out.wedlm_stats.summary()["generated"] == 8  # WeDLM ran without being asked for
 
 
-def test_lora_writes_an_adapter_that_loads_with_peft(tiny_llama, counting_data, tmp_path):
+def test_whole_model_lora_writes_an_adapter_that_loads_with_peft(tiny_llama, counting_data, tmp_path):
     peft = pytest.importorskip("peft")
     output = tmp_path / "adapter"
-    options = FinetuneOptions(**FAST, lora_r=4, learning_rate=1e-2, lossless=True)
+    options = FinetuneOptions(**FAST, lora_r=4, whole_model=True, learning_rate=1e-2, lossless=True)
     summary = finetune(str(tiny_llama), str(counting_data), str(output), options)
     assert summary["written"] == "adapter" and (output / "adapter_model.safetensors").is_file()
     assert summary["eval"]["eval_loss"] < summary["eval_before"]["eval_loss"]

@@ -14,9 +14,9 @@ from .generation import (
     WeDLMGenerationMixin,
     WeDLMSettings,
     WeDLMStats,
-    enable,
     wedlm_decode,
 )
+from .enabling import enable
 from . import decoding_hint
 from .modeling import WeDLMConfig, WeDLMForCausalLM, WeDLMModel
 

@@ -22,6 +22,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 import wedlm_hf
 
+from .draft_adapter import draft_only_mask_id, gate_draft_only_adapters
+
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -91,8 +93,11 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 
 
 def load_adapter(folder: Path, dtype, **model_kwargs) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The adapter's base with the adapter merged in (a plain model again: `enable` and decoding need no PEFT at
-    run time), with the adapter folder's tokenizer and generation config."""
+    """The adapter's base with the adapter applied, with the adapter folder's tokenizer and generation config.
+
+    A whole-model adapter is merged in (a plain model again: decoding needs no PEFT at run time). A draft-only
+    adapter cannot be: it stays attached, gated to mask slots (`draft_adapter`), so the model is the base model at
+    every observed token."""
     from transformers import GenerationConfig
 
     try:
@@ -103,7 +108,11 @@ def load_adapter(folder: Path, dtype, **model_kwargs) -> tuple[PreTrainedModel, 
     if not base_name:
         raise ValueError(f"adapter folder {str(folder)!r}: its adapter_config.json names no base model")
     base, base_tokenizer = load_model_and_tokenizer(base_name, dtype=dtype, **model_kwargs)
-    model = PeftModel.from_pretrained(base, folder).merge_and_unload()
+    adapted = PeftModel.from_pretrained(base, folder)
+    if gate_draft_only_adapters(adapted) is None:
+        model = adapted.merge_and_unload()
+    else:
+        model = adapted.get_base_model()
     if (folder / "generation_config.json").is_file():
         model.generation_config = GenerationConfig.from_pretrained(folder)
         model.config.mask_token_id = getattr(model.generation_config, "mask_token_id", None)
@@ -134,11 +143,15 @@ def dequantized_copy(folder: str, gguf: str) -> Path:
 
 
 def save_atomically(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, target: Path) -> None:
-    """Write `model` and `tokenizer` to `target` through a temporary sibling folder renamed into place, so that
-    concurrent processes (test workers, serve's loader) never read a half-written copy."""
+    """Write `model` and `tokenizer` to `target` (see `write_atomically`)."""
+    write_atomically(target, lambda partial: (model.save_pretrained(partial), tokenizer.save_pretrained(partial)))
+
+
+def write_atomically(target: Path, write: Callable[[Path], object]) -> None:
+    """`write` a folder into a temporary sibling of `target`, renamed into place, so that concurrent processes
+    (test workers, serve's loader) never read a half-written copy."""
     partial = Path(tempfile.mkdtemp(prefix=target.name + ".partial-", dir=target.parent))
-    model.save_pretrained(partial)
-    tokenizer.save_pretrained(partial)
+    write(partial)
     try:
         os.rename(partial, target)
     except OSError:  # another process finished first
@@ -147,9 +160,10 @@ def save_atomically(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, 
 
 def pretrained_path(name: str | None) -> str:
     """A folder (or Hub id) that plain `from_pretrained` loads as the model `name` stands for, for code that loads
-    by path itself (`transformers serve`, the demo's config preview): a GGUF file's dequantized copy, an adapter's
-    merged copy (kept under the temp dir, keyed by the sizes and mtimes of the adapter folder's files), else the
-    resolved path."""
+    by path itself (`transformers serve`, the demo's config preview): a GGUF file's dequantized copy, a whole-model
+    adapter's merged copy, a draft-only adapter's copy naming its base by a path `from_pretrained` reads (it loads
+    through transformers' PEFT integration; `wedlm_hf.enable` gates it), else the resolved path. Copies are kept
+    under the temp dir, keyed by the sizes and mtimes of the adapter folder's files."""
     path = resolve(name)
     folder, gguf = split_gguf(path)
     if gguf is not None:
@@ -159,7 +173,23 @@ def pretrained_path(name: str | None) -> str:
         return path
     files = sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in adapter.iterdir() if f.is_file())
     stamp = hashlib.sha1(repr(files).encode()).hexdigest()[:16]  # a changed generation config is a new copy too
+    adapter_config = json.loads((adapter / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+    if draft_only_mask_id(adapter_config) is not None:
+        copy = Path(tempfile.gettempdir()) / f"wedlm-hf-draft-{adapter.name}-{stamp}"
+        if not (copy / ADAPTER_CONFIG).exists():
+            base = pretrained_path(adapter_config.get("base_model_name_or_path"))
+            write_atomically(copy, lambda partial: copy_adapter(adapter, partial, base))
+        return str(copy)
     merged = Path(tempfile.gettempdir()) / f"wedlm-hf-merged-{adapter.name}-{stamp}"
     if not (merged / "config.json").exists():
         save_atomically(*load_adapter(adapter.resolve(), torch.float32), merged)
     return str(merged)
+
+
+def copy_adapter(adapter: Path, target: Path, base: str) -> None:
+    """The adapter folder's files in `target`, its config naming `base` as the base model."""
+    for file in adapter.iterdir():
+        if file.is_file():
+            shutil.copy2(file, target / file.name)
+    config = json.loads((adapter / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+    (target / ADAPTER_CONFIG).write_text(json.dumps({**config, "base_model_name_or_path": base}, indent=2))

@@ -3,7 +3,7 @@
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
-from ..generation import enable
+from ..enabling import enable
 from ..modeling import WeDLMConfig, WeDLMForCausalLM
 
 RANDOM_MODEL = "random"

@@ -14,7 +14,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..bench.arms import Arm
 from ..bench.runner import BASELINE, ArmResult, BenchConfig, agreement, bench_prompt_set, machine_info
-from ..generation import enable
+from ..enabling import enable
 from .prompts import EvalPrompt, as_prompts
 from .report import GREEDY, LOSSLESS, DecodingRow, Drift, EvaluationReport, plain_name
 

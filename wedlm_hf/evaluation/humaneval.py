@@ -18,7 +18,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..bench.arms import Arm
 from ..bench.runner import machine_info
-from ..generation import enable
+from ..enabling import enable
 from .evaluate import decoding_arms
 from .report import GREEDY, write_json
 

@@ -45,21 +45,29 @@ def evaluate_output(
     return report
 
 
+CARD_KINDS = {
+    "draft-only adapter": "a draft-only LoRA adapter (PEFT): it acts at mask slots only, so lossless decoding (its "
+    "default) returns exactly the base model's greedy output, and the adapter only proposes drafts",
+    "adapter": "a LoRA adapter (PEFT) on every token: it changes the model's output",
+    "model": "a fine-tuned model",
+}
+
+
 def write_model_card(output_dir: str, summary: dict, report: EvaluationReport | None) -> None:
     """README.md with Hub metadata: what the model is, how it was trained and loads, and its evaluation table."""
     options = summary["options"]
-    kind = "a LoRA adapter (PEFT)" if summary["written"] == "adapter" else "a fine-tuned model"
+    kind = CARD_KINDS[summary["written"]]
     lines = [
         "---",
         f"base_model: {summary['base_model']}",
-        "library_name: " + ("peft" if summary["written"] == "adapter" else "transformers"),
+        "library_name: " + ("peft" if summary["written"].endswith("adapter") else "transformers"),
         "tags: [wedlm, parallel-decoding, wedlm-hf]",
         "---",
         "",
         f"# {Path(output_dir).name}",
         "",
-        f"{kind.capitalize()} of `{summary['base_model']}` adapted for WeDLM parallel decoding by `wedlm-hf finetune` "
-        "(dual-stream masked objective with an auxiliary next-token loss).",
+        f"{kind[0].upper()}{kind[1:]} of `{summary['base_model']}` for WeDLM parallel decoding, trained by "
+        "`wedlm-hf finetune` (dual-stream masked objective).",
         "",
         "```python",
         "import wedlm_hf",
@@ -72,7 +80,7 @@ def write_model_card(output_dir: str, summary: dict, report: EvaluationReport | 
         "",
         f"- data: `{summary['data']}` ({summary['train_rows']} training rows, {summary['eval_rows']} held out)",
         f"- steps: {summary['steps']}, tokens seen: {summary['tokens_seen']}, wall time: {summary['wall_seconds']} s",
-        f"- rows of {options['seq_len']} tokens, block {options['block_size']}, AR weight {options['ar_weight']}, "
+        f"- rows of {options['seq_len']} tokens, block {options['block_size']}, AR weight {summary['ar_weight']}, "
         f"LoRA rank {options['lora_r'] or 'none (full fine-tuning)'}, mask token id {summary['mask_token_id']}",
         f"- eval loss: {_loss(summary['eval_before'])} before, {_loss(summary['eval'])} after",
         "",

@@ -14,11 +14,12 @@ DEFAULTS = FinetuneOptions()
 HELP = {
     "seq_len": "tokens per training row (text is packed; each chat is one row)",
     "block_size": "prediction-stream block size B (the authors': 32)",
-    "ar_weight": "weight of the auxiliary next-token loss on the clean stream",
+    "ar_weight": "weight of the auxiliary next-token loss on the clean stream (default 1.0; a draft-only adapter has none)",
     "suffix_prob": "share of blocks whose masks are the block's last tokens (as decoding meets them)",
-    "lora_r": "LoRA rank; 0 = full fine-tuning",
+    "lora_r": "LoRA rank of a draft-only adapter (acts at mask slots only: lossless output is the base model's); 0 = full fine-tuning",
     "lora_alpha": "LoRA alpha (default: 2 x rank)",
-    "merge": "with --lora-r: write the merged model instead of the adapter",
+    "whole_model": "with --lora-r: an adapter on every token instead (changes the model's output; can be merged)",
+    "merge": "with --lora-r --whole-model: write the merged model instead of the adapter",
     "mask_token": "an existing token to use as the mask (default: the model's, else a new one; LoRA: an unused special token)",
     "learning_rate": "peak learning rate, cosine decay (default: 2e-4 with LoRA, 2e-5 full)",
     "batch_size": "rows per device per step",
@@ -37,7 +38,7 @@ HELP = {
     "window_size": "wedlm_window_size written to the output's generation config",
     "entropy_threshold": "wedlm_entropy_threshold written to the output's generation config",
     "pos_penalty_factor": "wedlm_pos_penalty_factor written to the output's generation config",
-    "lossless": "make lossless WeDLM (exactly the greedy output) the output's default decoding instead of plain",
+    "lossless": "make lossless WeDLM (exactly the greedy output) the output's default decoding instead of plain (always so for a draft-only adapter)",
     "eval_prompts": "JSONL of held-out prompts for the end-of-run evaluation (default: the data's held-out rows)",
     "chat_prompts": "JSONL of general chat prompts: report the greedy drift from the base model on them",
 }
@@ -56,7 +57,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         if isinstance(default, bool):
             add(flag, action="store_true", help=HELP[option.name])
         else:
-            kind = {"lora_alpha": int, "minutes": float, "learning_rate": float}.get(option.name, type(default) if default is not None else str)
+            kind = {"lora_alpha": int, "minutes": float, "learning_rate": float, "ar_weight": float}.get(option.name, type(default) if default is not None else str)
             add(flag, type=kind, default=default, help=HELP[option.name])
     add("--deepspeed", help="a DeepSpeed config file, as for any Trainer job")
     add("--fsdp", help="FSDP options, as TrainingArguments' `fsdp` (e.g. 'full_shard auto_wrap')")

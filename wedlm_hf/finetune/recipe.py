@@ -1,8 +1,10 @@
 """Adapt a causal LM to WeDLM decoding on transformers' `Trainer`: the dual-stream objective, LoRA or full.
 
 The recipe is the paper's (spec §6-7) at a user's scale: continued training on text, or SFT on chats with only
-the response masked, with the auxiliary AR loss keeping the model's own next-token behaviour (lossless decoding
-verifies against it). Everything multi-process or memory-saving is `Trainer`'s own: `accelerate launch` /
+the response masked. With `lora_r` the adapter is draft-only by default (`wedlm_hf.draft_adapter`): it acts at mask
+slots alone, the base model stays exactly itself, lossless decoding returns its greedy output, and training skips
+what cannot learn (`training.draft_objective`). A whole-model adapter or full fine-tuning changes the model; the
+auxiliary AR loss there keeps its next-token behaviour close (lossless decoding verifies against it). Everything multi-process or memory-saving is `Trainer`'s own: `accelerate launch` /
 `torchrun` data parallelism, DeepSpeed and FSDP configs, gradient checkpointing, bf16, resuming.
 """
 
@@ -16,7 +18,9 @@ from transformers.utils import logging
 
 from ..evaluation import read_prompts
 from ..loading import load_model_and_tokenizer
-from ..training.objective import DualStreamCollator, WeDLMTrainer
+from ..draft_adapter import MERGE_REFUSED, draft_only_lora_config, gate_draft_only_adapters, linear_module_names
+from ..training.draft_objective import draft_only_forward
+from ..training.objective import DualStreamCollator, WeDLMTrainer, dual_stream_forward
 from .card import evaluate_output, held_out_prompts, write_model_card, write_summary
 from .data import RowDataset, build_rows, read_records
 from .mask_token import ensure_mask_token
@@ -28,7 +32,8 @@ logger = logging.get_logger(__name__)
 class FinetuneOptions:
     """What a fine-tuning run does, with defaults chosen for adapting a pretrained model.
 
-    `block_size` 32 and `ar_weight` 1.0 are the authors' (paper and public fine-tuning code); blocks longer than
+    `block_size` 32 and `ar_weight` 1.0 are the authors' (paper and public fine-tuning code; None picks 1.0, and
+    0 for a draft-only adapter, whose AR loss would train nothing); blocks longer than
     the decoding window (16) still train every distance a window slot meets. `learning_rate` None picks 2e-4 for
     LoRA and 2e-5 for full fine-tuning: the paper's 3e-6 is for ~100B tokens, far more than a user's run.
     `eval_share` of the rows (at least one) is held out for the eval loss.
@@ -36,10 +41,12 @@ class FinetuneOptions:
 
     seq_len: int = 256
     block_size: int = 32
-    ar_weight: float = 1.0
+    ar_weight: float | None = None
     suffix_prob: float = 0.5
     lora_r: int = 0
     lora_alpha: int | None = None
+    whole_model: bool = False
+    """With `lora_r`: an adapter on every token (changes the model; mergeable) instead of a draft-only one."""
     merge: bool = False
     mask_token: str | None = None
     learning_rate: float | None = None
@@ -62,7 +69,8 @@ class FinetuneOptions:
     lossless: bool = False
     """Write lossless WeDLM as the output's default decoding: its output is exactly its greedy output, drafts
     pay where they pass. The choice for a short run whose mask predictions are good on part of its text only
-    (plain decoding then commits wrong tokens elsewhere)."""
+    (plain decoding then commits wrong tokens elsewhere). A draft-only adapter always defaults to it: that is what
+    keeps the base model's output."""
     evaluate: bool = True
     """Run the before/after decoding evaluation at the end (on `eval_prompts`, else the held-out rows)."""
     eval_prompts: str | None = None
@@ -87,12 +95,17 @@ def finetune(model_name: str, data: str, output_dir: str, options: FinetuneOptio
     mask_id, new_mask = ensure_mask_token(model, tokenizer, options.mask_token, reuse=options.lora_r > 0)
     rows = build_rows(records, tokenizer, options.seq_len)
     train_rows, eval_rows = split_rows(rows, options.eval_share, options.seed)
-    if options.lora_r:
+    draft_only = is_draft_only(options)
+    if draft_only:
+        model = with_draft_only_lora(model, options, mask_id)
+    elif options.lora_r:
         model = with_lora(model, options, mask_id if new_mask else None)
+    ar_weight = options.ar_weight if options.ar_weight is not None else (0.0 if draft_only else 1.0)
     collator = DualStreamCollator(
-        mask_id, block_size=options.block_size, ar_weight=options.ar_weight, suffix_prob=options.suffix_prob, seed=options.seed
+        mask_id, block_size=options.block_size, ar_weight=ar_weight, suffix_prob=options.suffix_prob, seed=options.seed
     )
     trainer = WeDLMTrainer(
+        loss_forward=draft_only_forward if draft_only else dual_stream_forward,
         model=model,
         args=training_arguments(options, output_dir),
         data_collator=collator,
@@ -109,6 +122,7 @@ def finetune(model_name: str, data: str, output_dir: str, options: FinetuneOptio
         "data": str(data),
         "options": asdict(options),
         "mask_token_id": mask_id,
+        "ar_weight": ar_weight,
         "train_rows": len(train_rows),
         "eval_rows": len(eval_rows),
         "steps": trainer.state.global_step,
@@ -141,6 +155,21 @@ def check_options(options: FinetuneOptions) -> None:
         raise ValueError(f"--lora-r must be 0 (full fine-tuning) or a positive rank, got {options.lora_r}")
     if options.merge and not options.lora_r:
         raise ValueError("--merge merges a LoRA adapter into the model: it needs --lora-r")
+    if options.whole_model and not options.lora_r:
+        raise ValueError("--whole-model chooses the kind of LoRA adapter: it needs --lora-r")
+    if is_draft_only(options):
+        if options.merge:
+            raise ValueError("--merge: " + MERGE_REFUSED)
+        if options.ar_weight:
+            raise ValueError(
+                "--ar-weight: a draft-only adapter leaves every observed token on the base weights, so the AR loss "
+                "trains nothing; drop --ar-weight, or pass --whole-model"
+            )
+        if options.gradient_checkpointing:
+            raise ValueError(
+                "--gradient-checkpointing: a draft-only adapter's memory stream runs without autograd and hands its "
+                "K/V to the prediction stream as a cache, which checkpointing drops; drop it, or pass --whole-model"
+            )
     if not 0 <= options.eval_share < 1:
         raise ValueError(f"--eval-share must be in [0, 1), got {options.eval_share}")
     for name in ("eval_prompts", "chat_prompts"):
@@ -157,6 +186,28 @@ def split_rows(rows: list[dict], eval_share: float, seed: int) -> tuple[list[dic
     order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed)).tolist()
     held_out = max(1, round(len(rows) * eval_share)) if eval_share > 0 and len(rows) > 1 else 0
     return [rows[i] for i in order[held_out:]], [rows[i] for i in order[:held_out]] or [rows[order[0]]]
+
+
+def is_draft_only(options: FinetuneOptions) -> bool:
+    return bool(options.lora_r) and not options.whole_model
+
+
+def with_draft_only_lora(model: PreTrainedModel, options: FinetuneOptions, mask_id: int):
+    """The model wrapped in a draft-only PEFT LoRA adapter on every linear layer of its decoder blocks, gated.
+
+    The mask token's embedding row is not trained: with tied embeddings (SmolLM2) PEFT would train the tied output
+    row too, changing that token's logit at every position; the adapter's first layers learn from the row as it is.
+    """
+    try:
+        from peft import get_peft_model
+    except ImportError as error:
+        raise ImportError("--lora-r needs PEFT: pip install 'wedlm-hf[finetune]'") from error
+    config = draft_only_lora_config(
+        options.lora_r, options.lora_alpha or 2 * options.lora_r, linear_module_names(model), mask_id
+    )
+    model = get_peft_model(model, config)
+    gate_draft_only_adapters(model)
+    return model
 
 
 def with_lora(model: PreTrainedModel, options: FinetuneOptions, train_token: int | None):
@@ -224,20 +275,24 @@ class TimeLimit(TrainerCallback):
 
 
 def save_output(model, tokenizer: PreTrainedTokenizerBase, output_dir: str, options: FinetuneOptions, mask_id: int) -> str:
-    """Write the adapter (LoRA), or the merged/full model, with the tokenizer and WeDLM generation defaults."""
+    """Write the adapter (draft-only or whole-model LoRA), or the merged/full model, with the tokenizer and WeDLM
+    generation defaults; returns which of the three it wrote."""
     output = Path(output_dir)
-    kind = "adapter" if options.lora_r and not options.merge else "model"
+    kind = "draft-only adapter" if is_draft_only(options) else "adapter" if options.lora_r and not options.merge else "model"
+    lossless = options.lossless or is_draft_only(options)
     if options.lora_r and options.merge:
         model = model.merge_and_unload()
-    base = model.get_base_model() if kind == "adapter" else model
-    base.generation_config = wedlm_generation_config(base.generation_config, options, mask_id)
+    base = model.get_base_model() if kind.endswith("adapter") else model
+    base.generation_config = wedlm_generation_config(base.generation_config, options, mask_id, lossless)
     model.save_pretrained(output)
     base.generation_config.save_pretrained(output)
     tokenizer.save_pretrained(output)
     return kind
 
 
-def wedlm_generation_config(config: GenerationConfig, options: FinetuneOptions, mask_id: int) -> GenerationConfig:
+def wedlm_generation_config(
+    config: GenerationConfig, options: FinetuneOptions, mask_id: int, lossless: bool
+) -> GenerationConfig:
     """The model's generation config with WeDLM decoding (plain or lossless, and these window settings) as its
     default."""
     config = GenerationConfig.from_dict(config.to_dict())
@@ -249,5 +304,5 @@ def wedlm_generation_config(config: GenerationConfig, options: FinetuneOptions, 
     config.wedlm_window_size = options.window_size
     config.wedlm_entropy_threshold = options.entropy_threshold
     config.wedlm_pos_penalty_factor = options.pos_penalty_factor
-    config.wedlm_lossless = options.lossless
+    config.wedlm_lossless = lossless
     return config

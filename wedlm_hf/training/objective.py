@@ -169,15 +169,18 @@ class WeDLMTrainer(Trainer):
     already a per-row mean (it ignores `num_items_in_batch`), so `Trainer` must divide it by the
     gradient-accumulation steps itself: hence `model_accepts_loss_kwargs = False`. Each log line also carries
     the two loss parts (`mdm`, `ar`, means since the previous log; `eval_mdm`, `eval_ar` in evaluation).
+    `loss_forward` computes a batch's loss: the joint forward here, `draft_objective.draft_only_forward` for a
+    draft-only adapter.
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, loss_forward=dual_stream_forward, **kwargs):
         super().__init__(*args, **kwargs)
         self.model_accepts_loss_kwargs = False
+        self.loss_forward = loss_forward
         self._parts: dict[str, dict[str, list[float]]] = {"train": {}, "eval": {}}
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        loss, parts, outputs = dual_stream_forward(model, inputs)
+        loss, parts, outputs = self.loss_forward(model, inputs)
         split = self._parts["train" if model.training else "eval"]
         for name, value in parts.items():
             split.setdefault(name, []).append(value)

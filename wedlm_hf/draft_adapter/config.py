@@ -1,0 +1,56 @@
+"""A draft-only adapter's PEFT config, and the marker that tells it apart from an ordinary LoRA adapter.
+
+The adapter is saved in PEFT's own format so that PEFT and transformers load it. What makes it draft-only must
+survive that round trip, and `adapter_config.json` keys PEFT does not know are dropped (with a warning) on load. So
+the marker rides in the one field PEFT keeps and uses verbatim: `target_modules` as a regular expression that
+starts with a regex comment, `(?#wedlm_hf draft-only mask_token_id=N)`. PEFT matches module names with it
+unchanged; `wedlm_hf` reads the mask id back from it, so even a base model that knows no mask token decodes with
+the right one.
+"""
+
+import re
+
+import torch
+
+MERGE_REFUSED = (
+    "a draft-only adapter cannot be merged: merged weights would change the model at every token, not only at mask "
+    "slots. Decode with the adapter attached (wedlm_hf.loading, or wedlm_hf.enable on the PEFT model), or train a "
+    "whole-model adapter (`wedlm-hf finetune --whole-model`) if you want a merged model."
+)
+MARKER = "(?#wedlm_hf draft-only mask_token_id={})"
+_MARKER_PATTERN = re.compile(r"\(\?#wedlm_hf draft-only mask_token_id=(\d+)\)")
+
+
+def linear_module_names(model: torch.nn.Module) -> list[str]:
+    """The distinct names of the `nn.Linear` layers inside the decoder blocks (attention and MLP projections);
+    the LM head and embeddings are left out: mask rows never reach them as inputs that need adapting."""
+    output = model.get_output_embeddings()
+    names = {
+        name.rsplit(".", 1)[-1]
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear) and module is not output and ".layers." in f".{name}"
+    }
+    if not names:
+        raise ValueError(f"{type(model).__name__}: found no linear layers inside its decoder blocks to adapt")
+    return sorted(names)
+
+
+def draft_only_lora_config(r: int, lora_alpha: int, target_modules: list[str], mask_token_id: int):
+    """PEFT `LoraConfig` of a draft-only adapter on `target_modules` (short names, e.g. `q_proj`)."""
+    from peft import LoraConfig
+
+    names = "|".join(re.escape(name) for name in target_modules)
+    return LoraConfig(
+        r=r,
+        lora_alpha=lora_alpha,
+        target_modules=MARKER.format(int(mask_token_id)) + rf"(?:.*\.)?(?:{names})",
+        lora_dropout=0.0,
+        task_type="CAUSAL_LM",
+    )
+
+
+def draft_only_mask_id(config) -> int | None:
+    """The mask token id of a draft-only adapter's config (a PEFT config or its dict), else None."""
+    target = config.get("target_modules") if isinstance(config, dict) else getattr(config, "target_modules", None)
+    found = _MARKER_PATTERN.match(target) if isinstance(target, str) else None
+    return int(found.group(1)) if found else None
