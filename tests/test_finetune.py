@@ -209,3 +209,37 @@ def test_two_process_data_parallel_with_torchrun(tiny_llama, counting_data, tmp_
     assert summary["steps"] == 4
     assert summary["tokens_seen"] == 4 * 4 * 48 * 2  # two processes, each its own batch of 4 rows
     assert AutoModelForCausalLM.from_pretrained(output).generation_config.decoding == "wedlm"
+
+
+def test_lora_writes_a_draft_only_adapter_that_loads_three_ways_with_the_gate_on(tiny_llama, counting_data, tmp_path):
+    peft = pytest.importorskip("peft")
+    output = tmp_path / "draft"
+    summary = finetune(str(tiny_llama), str(counting_data), str(output), FinetuneOptions(**FAST, lora_r=4, learning_rate=1e-2))
+    assert summary["written"] == "draft-only adapter" and summary["ar_weight"] == 0.0
+    assert set(summary["eval"]) >= {"eval_loss", "eval_mdm"} and "eval_ar" not in summary["eval"]
+    assert summary["eval"]["eval_loss"] < summary["eval_before"]["eval_loss"]
+    config = json.loads((output / "generation_config.json").read_text())
+    assert config["wedlm_lossless"] is True and config["decoding"] == "wedlm"
+    base, tokenizer = load_model_and_tokenizer(str(tiny_llama))
+    mask_id = config["mask_token_id"]
+    ids = tokenizer(["1, 2, 3, 4, 5, 6", "10, 11, 12"], return_tensors="pt", padding=True)
+    probe = torch.cat([ids["input_ids"], torch.full((2, 3), mask_id)], 1)
+    observed = ids["input_ids"].shape[1]
+    with torch.no_grad():
+        base_logits = base(probe).logits
+        greedy = base.generate(**ids, max_new_tokens=12, do_sample=False)
+    loaded, _ = load_model_and_tokenizer(str(output))  # 1. wedlm_hf.loading: attached, not merged
+    with_peft = wedlm_hf.enable(peft.PeftModel.from_pretrained(load_model_and_tokenizer(str(tiny_llama))[0], output))
+    with_transformers = wedlm_hf.enable(AutoModelForCausalLM.from_pretrained(output))  # 3. PEFT integration
+    for model in (loaded, with_peft, with_transformers):
+        with torch.no_grad():
+            logits = model(probe).logits
+            lossless = model.generate(**ids, decoding="wedlm", wedlm_lossless=True, max_new_tokens=12)
+        assert torch.equal(logits[:, :observed], base_logits[:, :observed])
+        assert not torch.allclose(logits[:, observed:], base_logits[:, observed:])  # the trained adapter drafts
+        assert torch.equal(lossless, greedy)
+    by_path = pretrained_path(str(output))  # for code that loads by path (serve): base + adapter, gated by enable
+    served = wedlm_hf.enable(AutoModelForCausalLM.from_pretrained(by_path))
+    with torch.no_grad():
+        assert torch.equal(served(probe).logits, loaded(probe).logits)
+    assert wedlm_hf_cli(["finetune", str(tiny_llama), "--data", str(counting_data), "--output-dir", "o", "--lora-r", "4", "--merge"]) == 1

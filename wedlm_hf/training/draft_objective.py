@@ -20,9 +20,10 @@ def causal_lm_of(model: torch.nn.Module) -> torch.nn.Module:
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
-def draft_only_forward(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float], None]:
+def draft_only_forward(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float], dict]:
     """Loss of a `DualStreamCollator` batch for a draft-only adapter: memory stream without autograd, masked slots
-    alone through the head. Returns the loss, its parts (`mdm`) and no model outputs."""
+    alone through the head. Returns the loss, its parts (`mdm`) and no model outputs (an empty dict, which
+    `Trainer`'s evaluation reads as no logits)."""
     causal_lm = causal_lm_of(model)
     decoder = causal_lm.get_decoder()
     input_ids, positions, mask = batch["input_ids"], batch["position_ids"], batch["attention_mask"]
@@ -45,4 +46,4 @@ def draft_only_forward(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -
         logits = torch.tanh(logits / softcap) * softcap
     per_slot = F.cross_entropy(logits.float(), labels[masked], reduction="none")
     loss = (per_slot * weights[masked]).sum() / input_ids.shape[0]
-    return loss, {"mdm": loss.item()}, None
+    return loss, {"mdm": loss.item()}, {}
