@@ -110,8 +110,9 @@ def train(work: Path, data: Path, args: argparse.Namespace) -> dict:
     options = FinetuneOptions(
         seq_len=args.seq_len,
         block_size=16,
-        ar_weight=1.0,
         lora_r=args.lora_r,
+        whole_model=args.whole_model,
+        ar_weight=1.0 if args.whole_model else None,
         learning_rate=args.lr,
         batch_size=args.batch_size,
         max_steps=args.max_steps,
@@ -126,7 +127,7 @@ def train(work: Path, data: Path, args: argparse.Namespace) -> dict:
         window_size=16,
         entropy_threshold=args.threshold,
         pos_penalty_factor=0.02,
-        lossless=True,  # its drafts pass on counting-like text only: plain decoding garbles code (docs/finetune.md)
+        lossless=True,  # keeps the base model's output (draft-only); a whole-model adapter's plain decoding garbles code
         bf16=args.bf16,
         evaluate=False,  # this script's own evaluate phase measures against the base model, with drift
     )
@@ -204,13 +205,14 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--lora-r", type=int, default=16)
+    parser.add_argument("--whole-model", action="store_true", help="the earlier whole-model adapter instead of draft-only")
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--threshold", type=float, default=0.4, help="plain WeDLM threshold written as the default")
     parser.add_argument("--counting-docs", type=int, default=600, help="generated low-entropy documents")
     parser.add_argument(
         "--code-chars", type=int, default=0, help="stdlib train-split source as it is (the shipped adapter's data: none)"
     )
-    parser.add_argument("--code-prompts", type=int, default=128, help="train-split code prompts to self-distill")
+    parser.add_argument("--code-prompts", type=int, default=192, help="train-split code prompts to self-distill")
     parser.add_argument("--chat-prompts", type=int, default=64, help="chat prompts to self-distill")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval-prompts", type=int, default=6, help="held-out prompts per domain")

@@ -240,6 +240,8 @@ def test_lora_writes_a_draft_only_adapter_that_loads_three_ways_with_the_gate_on
         assert torch.equal(lossless, greedy)
     by_path = pretrained_path(str(output))  # for code that loads by path (serve): base + adapter, gated by enable
     served = wedlm_hf.enable(AutoModelForCausalLM.from_pretrained(by_path))
+    assert served.generation_config.wedlm_lossless is True  # the adapter's generation config, as serve needs it
     with torch.no_grad():
         assert torch.equal(served(probe).logits, loaded(probe).logits)
+        assert torch.equal(served.generate(**ids, max_new_tokens=12), greedy)  # its default: lossless WeDLM
     assert wedlm_hf_cli(["finetune", str(tiny_llama), "--data", str(counting_data), "--output-dir", "o", "--lora-r", "4", "--merge"]) == 1

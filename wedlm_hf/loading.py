@@ -178,7 +178,7 @@ def pretrained_path(name: str | None) -> str:
         copy = Path(tempfile.gettempdir()) / f"wedlm-hf-draft-{adapter.name}-{stamp}"
         if not (copy / ADAPTER_CONFIG).exists():
             base = pretrained_path(adapter_config.get("base_model_name_or_path"))
-            write_atomically(copy, lambda partial: copy_adapter(adapter, partial, base))
+            write_atomically(copy, lambda partial: copy_adapter(adapter, partial, base, copy))
         return str(copy)
     merged = Path(tempfile.gettempdir()) / f"wedlm-hf-merged-{adapter.name}-{stamp}"
     if not (merged / "config.json").exists():
@@ -186,10 +186,18 @@ def pretrained_path(name: str | None) -> str:
     return str(merged)
 
 
-def copy_adapter(adapter: Path, target: Path, base: str) -> None:
-    """The adapter folder's files in `target`, its config naming `base` as the base model."""
+def copy_adapter(adapter: Path, target: Path, base: str, final: Path) -> None:
+    """Write into `target` (to be renamed `final`) a folder that `from_pretrained` loads as base + adapter with the
+    adapter's generation config and tokenizer: transformers reads those from the base's folder, so a local base's
+    files are linked in beside the adapter's, and the adapter names the folder itself as its base."""
+    if Path(base).is_dir():
+        for file in Path(base).iterdir():
+            if file.is_file():
+                os.symlink(file.resolve(), target / file.name)
+        base = str(final)
     for file in adapter.iterdir():
         if file.is_file():
+            (target / file.name).unlink(missing_ok=True)
             shutil.copy2(file, target / file.name)
     config = json.loads((adapter / ADAPTER_CONFIG).read_text(encoding="utf-8"))
     (target / ADAPTER_CONFIG).write_text(json.dumps({**config, "base_model_name_or_path": base}, indent=2))
