@@ -141,3 +141,66 @@ def test_draft_only_training_forward_equals_the_joint_forward_without_ar_loss(fa
     for name, parameter in model.named_parameters():
         if parameter.requires_grad:
             torch.testing.assert_close(fast_grads[name], parameter.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_smollm2_with_a_draft_only_adapter_is_smollm2_at_every_observed_token():
+    from real_model import load_smollm2
+
+    base, tokenizer = load_smollm2()
+    mask_id = tokenizer.convert_tokens_to_ids("<empty_output>")
+    model = peft.get_peft_model(base, draft_only_lora_config(4, 8, ["q_proj", "o_proj", "down_proj"], mask_id))
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(0, 0.05, generator=torch.Generator().manual_seed(0))
+    wedlm_hf.enable(model.eval())
+    tokenizer.padding_side = "left"
+    chats = [[{"role": "user", "content": "Name three primary colors."}], [{"role": "user", "content": "What is 12 times 12?"}]]
+    texts = [tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True) for chat in chats]
+    inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    probe = torch.cat([inputs["input_ids"], torch.full((2, 3), mask_id)], 1)
+    observed = inputs["input_ids"].shape[1]
+    with torch.inference_mode():
+        logits = model(input_ids=probe).logits
+        lossless = model.generate(**inputs, decoding="wedlm", wedlm_lossless=True, max_new_tokens=20)
+        with model.disable_adapter():
+            base_logits = model(input_ids=probe).logits
+            greedy = model.generate(**inputs, max_new_tokens=20, do_sample=False)
+    assert torch.equal(logits[:, :observed], base_logits[:, :observed])
+    assert not torch.equal(logits[:, observed:], base_logits[:, observed:])
+    assert torch.equal(lossless, greedy)
+
+
+def test_batch_jobs_and_the_continuous_batcher_return_the_base_models_greedy_output():
+    """Rows of different lengths and budgets finish at different steps, in `batch_generate` and joining a running
+    batch; each equals the base model's own greedy continuation."""
+    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from wedlm_hf.continuous.manager import ContinuousBatcher
+
+    model = wedlm_hf.enable(adapted("qwen3"))
+    inner = model.get_base_model()
+    words = Tokenizer(models.WordLevel({f"<{i}>": i for i in range(MASK_ID + 1)}, unk_token="<3>"))
+    words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=words, pad_token="<0>", eos_token="<2>")
+    tokenizer.padding_side = "left"
+    prompts = [[5, 6, 7, 8, 9], [10, 11, 12], [20, 21, 22, 23, 24, 25, 26, 27], [30, 31]]
+    budgets = [12, 7, 20, 9]
+    with torch.no_grad(), model.disable_adapter():
+        greedy = [
+            inner.generate(torch.tensor([p]), max_new_tokens=b, do_sample=False)[0, len(p) :].tolist()
+            for p, b in zip(prompts, budgets)
+        ]
+    rows = [{"prompt": " ".join(f"<{i}>" for i in p), "max_new_tokens": b} for p, b in zip(prompts, budgets)]
+    results = wedlm_hf.batch_generate(
+        inner, tokenizer, rows, batch_size=4, decoding="wedlm", wedlm_lossless=True
+    )
+    assert [tokenizer(r["continuation"], add_special_tokens=False)["input_ids"] for r in results] == [
+        [t for t in g if t != 2] for g in greedy
+    ]
+    config = inner.generation_config
+    config.mask_token_id, config.wedlm_lossless = MASK_ID, True
+    with ContinuousBatcher(inner, config, max_batch_size=2) as batcher:
+        handles = [batcher.submit(p, b) for p, b in zip(prompts, budgets)]
+        assert [handle.result().tokens for handle in handles] == greedy

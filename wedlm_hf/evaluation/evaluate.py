@@ -3,8 +3,9 @@
 Per domain, the prompts run through `wedlm_hf.bench`'s runner: greedy `generate()` (the reference), lossless WeDLM
 and plain WeDLM at each threshold, one instrumented pass (outputs, forwards, lossless drafts) then interleaved timed
 repeats, so speed-ups are paired medians on the same machine load. The drift check decodes general chat prompts
-greedily with the evaluated model and a base model: fine-tuning for parallel decoding should not change what the
-model answers elsewhere.
+with the evaluated model in lossless WeDLM (exactly its greedy output, through the same window forwards its drafts
+take) and greedily with a base model: fine-tuning for parallel decoding should not change what the model answers
+elsewhere, and a draft-only adapter must change nothing at all.
 """
 
 from collections.abc import Iterable
@@ -110,8 +111,9 @@ def greedy_drift(
     chat_prompts: Iterable[EvalPrompt | str],
     max_new_tokens: int,
 ) -> Drift:
-    """How many greedy continuations of `model` differ from `base_model`'s, and their mean token match."""
-    greedy = decoding_arms(())[0]
+    """How many lossless continuations of `model` differ from `base_model`'s greedy ones, and their mean token
+    match."""
+    greedy, lossless = decoding_arms(())
     ours, theirs, continuations = [], [], []
     for prompt in as_prompts(chat_prompts):
         ids = prompt.token_ids(tokenizer)
@@ -121,7 +123,7 @@ def greedy_drift(
                 "the base model's own tokenizer only if it tokenises like the evaluated model's"
             )
         with torch.inference_mode():
-            ours.append(greedy.decode(model, ids, max_new_tokens, exact_length=False).tokens)
+            ours.append(lossless.decode(model, ids, max_new_tokens, exact_length=False).tokens)
             theirs.append(greedy.decode(base_model, ids, max_new_tokens, exact_length=False).tokens)
         continuations.append(
             {
