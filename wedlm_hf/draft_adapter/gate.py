@@ -3,11 +3,13 @@
 In a WeDLM forward every observed token (prompt, committed tokens, drafts under verification) is fed before every
 mask slot and attention is causal, so when only mask rows change, every observed token's hidden states, K/V and
 next-token logits are the base model's, bit for bit. Lossless verification then compares each draft with the base
-model's own argmax. The delta is computed for the mask rows alone (gathered, adapted, scattered back), so a
-forward without a mask slot (an AR step, a memory stream in training) costs what the base forward costs.
+model's own argmax. The delta is computed for the mask rows alone (gathered, two small matmuls, scattered back
+with the LoRA scaling folded into the scatter: four ops a layer), so a forward without a mask slot (an AR step, a
+memory stream in training) skips the adapter's arithmetic altogether.
 """
 
 import torch
+import torch.nn.functional as F
 from peft.tuners.lora.layer import LoraVariant
 
 from .config import MERGE_REFUSED
@@ -81,10 +83,13 @@ class DraftOnlyLora(LoraVariant):
         if index is None:
             return result
         rows = x.reshape(-1, x.shape[-1]).index_select(0, index)
+        dropout = module.lora_dropout[active_adapter]
+        if not isinstance(dropout, torch.nn.Identity):
+            rows = dropout(rows)
         lora_a, lora_b = module.lora_A[active_adapter], module.lora_B[active_adapter]
-        delta = lora_b(lora_a(module.lora_dropout[active_adapter](rows))) * module.scaling[active_adapter]
+        delta = F.linear(F.linear(rows, lora_a.weight), lora_b.weight, lora_b.bias)
         flat = result.reshape(-1, result.shape[-1])
-        return flat.index_add(0, index, delta.to(result.dtype)).view(result.shape)
+        return flat.index_add(0, index, delta.to(result.dtype), alpha=module.scaling[active_adapter]).view(result.shape)
 
     @staticmethod
     def merge_safe(module, active_adapter: str, orig_weight: torch.Tensor) -> torch.Tensor:
