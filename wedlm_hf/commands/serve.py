@@ -4,6 +4,9 @@ import argparse
 
 from .generate import add_wedlm_arguments, wedlm_keywords
 
+DEFAULT_NAME = "wedlm-tiny-code"
+"""The model id clients send when `serve` was given no model (the embedded checkpoint's named-model name)."""
+
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -42,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"serving on http://{args.host}:{args.port}/v1 (OpenAI API); Ctrl-C stops", flush=True)
     serve(
         pretrained_path(args.model),
+        name=args.model or DEFAULT_NAME,  # clients send the name the user gave, not the folder it stands for
         host=args.host,
         port=args.port,
         generation_defaults=defaults,
