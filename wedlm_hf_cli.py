@@ -12,15 +12,15 @@ from importlib.metadata import PackageNotFoundError, version
 SUBCOMMANDS = {  # name: (module, one-line help, the extra that installs its optional dependencies)
     "generate": ("wedlm_hf.commands.generate", "generate a continuation with WeDLM decoding and print its stats", None),
     "serve": ("wedlm_hf.commands.serve", "serve a model with `transformers serve` (OpenAI API), WeDLM decoding", "serve"),
-    "bench": ("wedlm_hf.bench.command", "benchmark WeDLM against AR, prompt lookup and the baselines", "bench"),
-    "demo": ("wedlm_hf.demo.command", "browser demo: WeDLM and AR side by side, with the step view", "demo"),
+    "bench": ("wedlm_hf.commands.bench", "benchmark WeDLM against AR, prompt lookup and the baselines", "bench"),
+    "demo": ("wedlm_hf.commands.demo", "browser demo: WeDLM and AR side by side, with the step view", "demo"),
     "evaluate": (
-        "wedlm_hf.evaluation.command", "WeDLM vs greedy on held-out prompts, drift from a base model, HumanEval", "eval"
+        "wedlm_hf.commands.evaluate", "WeDLM vs greedy on held-out prompts, drift from a base model, HumanEval", "eval"
     ),
     "train": ("wedlm_hf.training.command", "train the embedded WeDLM checkpoint from scratch on CPU", "train"),
-    "finetune": ("wedlm_hf.finetune.command", "adapt a causal LM (or a WeDLM checkpoint) to WeDLM decoding", "finetune"),
-    "export": ("wedlm_hf.hub.export_command", "export a Hub-ready WeDLM folder or a custom_generate recipe", None),
-    "push": ("wedlm_hf.hub.push_command", "upload a folder written by `wedlm-hf export` to the Hub", None),
+    "finetune": ("wedlm_hf.commands.finetune", "adapt a causal LM (or a WeDLM checkpoint) to WeDLM decoding", "finetune"),
+    "export": ("wedlm_hf.commands.export", "export a Hub-ready WeDLM folder or a custom_generate recipe", None),
+    "push": ("wedlm_hf.commands.push", "upload a folder written by `wedlm-hf export` to the Hub", None),
 }
 
 

@@ -75,10 +75,10 @@ def run(args: argparse.Namespace) -> int:
 
     import wedlm_hf
 
-    from .models import load_model
-    from .prompts import PROMPT_SETS, load_prompt_set
-    from .report import markdown, plot, write_json
-    from .runner import BenchConfig, run_bench
+    from ..bench.models import load_model
+    from ..bench.prompts import PROMPT_SETS, load_prompt_set
+    from ..bench.report import markdown, plot, write_json
+    from ..bench.runner import BenchConfig, run_bench
 
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         raise SystemExit("--plot needs matplotlib: pip install 'wedlm-hf[bench]'")  # fail before, not after, the run

@@ -59,8 +59,8 @@ def run(args: argparse.Namespace) -> int:
     from transformers.utils import logging
 
     from ..loading import load_model_and_tokenizer
-    from .evaluate import DEFAULT_THRESHOLDS, evaluate_model
-    from .prompts import read_prompts
+    from ..evaluation.evaluate import DEFAULT_THRESHOLDS, evaluate_model
+    from ..evaluation.prompts import read_prompts
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     logging.disable_progress_bar()
     model, tokenizer = load_model_and_tokenizer(args.model, dtype=args.dtype)
     if args.humaneval:
-        from .humaneval import run_humaneval
+        from ..evaluation.humaneval import run_humaneval
 
         report = run_humaneval(
             model, tokenizer, limit=args.limit, thresholds=args.thresholds or (0.4,),

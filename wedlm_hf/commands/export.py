@@ -4,7 +4,7 @@ import argparse
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    from .export import HUB_CONFIG_NAMES
+    from ..hub.export import HUB_CONFIG_NAMES
 
     parser.add_argument("directory", help="folder to write")
     parser.add_argument("--config", choices=HUB_CONFIG_NAMES, help="a shipped checkpoint config (no weights)")
@@ -25,7 +25,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .export import export_custom_generate, export_model_folder
+    from ..hub.export import export_custom_generate, export_model_folder
 
     card = {"repo_id": args.repo_id, "base_model": args.base_model, "license": args.license}
     if args.custom_generate:

@@ -22,7 +22,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        from .app import build_app, launch
+        from ..demo.app import build_app, launch
     except ModuleNotFoundError as error:
         if (error.name or "").split(".")[0] != "gradio":
             raise

@@ -8,7 +8,7 @@ import argparse
 import json
 from dataclasses import fields
 
-from .recipe import FinetuneOptions
+from ..finetune.recipe import FinetuneOptions
 
 DEFAULTS = FinetuneOptions()
 HELP = {
@@ -65,7 +65,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .recipe import finetune
+    from ..finetune.recipe import finetune
 
     values = {
         option.name: getattr(args, option.name)
