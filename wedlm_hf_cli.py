@@ -84,8 +84,9 @@ def _import_command(name: str, module_name: str, extra: str | None):
         raise UserError(f"`wedlm-hf {name}` needs the package {error.name!r}: {install}") from error
 
 
-USER_ERRORS = (UserError, ValueError, OSError)
-"""Bad values, missing files, unreachable hosts: the message says what to fix, a traceback would only hide it."""
+USER_ERRORS = (UserError, ValueError, OSError, ImportError)
+"""Bad values, missing files or packages, unreachable hosts: the message says what to fix, a traceback would only
+hide it."""
 
 
 def describe(error: BaseException) -> str:

@@ -2,6 +2,7 @@
 
 import argparse
 import sys
+from ..loading.names import MODEL_HELP
 
 
 def _thresholds(text: str) -> tuple[float, ...]:
@@ -16,8 +17,7 @@ def _thresholds(text: str) -> tuple[float, ...]:
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "model", nargs="?", help="local folder (a PEFT adapter folder too), Hub id, folder:file.gguf or a named model "
-        "(default: the embedded checkpoint)"
+        "model", nargs="?", help=MODEL_HELP + " (default: the embedded checkpoint)"
     )
     parser.add_argument("--prompts", metavar="FILE", help='held-out prompts, JSONL: {"prompt": ..., "domain": ...} '
                         'or {"messages": [...], "domain": ...} per line')

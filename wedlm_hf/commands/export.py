@@ -1,6 +1,7 @@
 """Export a Hub-ready WeDLM folder (remote code, config, weights, card) or a `custom_generate` recipe."""
 
 import argparse
+from ..loading.names import MODEL_HELP
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -10,8 +11,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", choices=HUB_CONFIG_NAMES, help="a shipped checkpoint config (no weights)")
     parser.add_argument(
         "--model",
-        help="local path or Hub id of the model to export with its weights: a WeDLM model, or with "
-        "--custom-generate a Llama/Mistral/Qwen2/Qwen3 model to pair with the recipe",
+        help="the model to export with its weights: a WeDLM model, or with --custom-generate a "
+        "Llama/Mistral/Qwen2/Qwen3 model to pair with the recipe; " + MODEL_HELP,
     )
     parser.add_argument(
         "--custom-generate", action="store_true", help="write a custom_generate/ recipe for any supported model"

@@ -9,6 +9,7 @@ import json
 from dataclasses import fields
 
 from ..finetune.recipe import FinetuneOptions
+from ..loading.names import MODEL_HELP
 
 DEFAULTS = FinetuneOptions()
 HELP = {
@@ -45,7 +46,7 @@ HELP = {
 
 def register(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
-    add("model", help="a WeDLM checkpoint or any model `wedlm_hf.enable` admits: folder, Hub id, folder:file.gguf, smollm2")
+    add("model", help="a WeDLM checkpoint or any model `wedlm_hf.enable` admits: " + MODEL_HELP)
     add("--data", required=True, help="JSONL of {'text': ...} or {'messages': [...]} records, or a local `datasets` file/folder")
     add("--output-dir", required=True, help="where checkpoints and the adapted model (or adapter) are written")
     for option in fields(FinetuneOptions):

@@ -13,6 +13,7 @@ import wedlm_hf
 from wedlm_hf.commands.generate_batch import add_batch_arguments, run_batch, uses_batch_mode
 from wedlm_hf.generation.options import BY_SETTING, OPTIONS
 from wedlm_hf.generation.validation import position_limit_error
+from wedlm_hf.loading.names import MODEL_HELP
 
 WEDLM_OPTIONS = {option.cli: option.keyword for option in OPTIONS if option.cli}
 """Command-line option (argparse dest) -> generate keyword."""
@@ -37,7 +38,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--prompt-file", type=Path, help="read the prompt from this file instead (as is)")
     parser.add_argument(
-        "--model", help="local path, Hub id, folder:file.gguf or a named model (default: the embedded checkpoint)"
+        "--model", help=MODEL_HELP + " (default: the embedded checkpoint)"
     )
     parser.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate at most")
     parser.add_argument("--chat", action="store_true", help="wrap the prompt as a user message with the chat template")

@@ -67,25 +67,25 @@ def _check_arguments(args: argparse.Namespace) -> None:
 
 
 def _load(args: argparse.Namespace, state):
-    from transformers import AutoModelForCausalLM, AutoTokenizer, DistributedConfig
+    from transformers import DistributedConfig
 
     import wedlm_hf
 
-    path = args.model or wedlm_hf.DEFAULT_MODEL
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    from ..loading import load_model_and_tokenizer
+
     if args.tp:
         if state.num_processes < 2:
             raise ValueError("--tp shards the model over processes: launch with `torchrun --nproc_per_node N`.")
-        model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=args.dtype, distributed_config=DistributedConfig(tp_plan="auto")
-        )
+        placement = {"distributed_config": DistributedConfig(tp_plan="auto")}
     else:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=args.dtype, device_map={"": state.device})
-    return wedlm_hf.enable(model.eval()), tokenizer
+        placement = {"device_map": {"": state.device}}
+    model, tokenizer = load_model_and_tokenizer(args.model, dtype=args.dtype, **placement)
+    return wedlm_hf.enable(model), tokenizer
 
 
 def run_batch(args: argparse.Namespace, options: dict) -> int:
-    """Generate every row of --input not yet in --output; errors are one line on stderr and exit status 2."""
+    """Generate every row of --input not yet in --output; an error is one line on stderr (from the main process)
+    and exit status 1, as for every command."""
     from accelerate.utils import broadcast_object_list
     from transformers.utils import logging
 
@@ -131,10 +131,10 @@ def run_batch(args: argparse.Namespace, options: dict) -> int:
                     open(args.output, "w").close()
                     replace = False
                 append_results(args.output, [result for _, result in sorted(finished, key=lambda pair: pair[0])])
-    except (RowError, ValueError, OSError) as error:
+    except (RowError, ValueError, OSError, ImportError) as error:
         if state.is_main_process:
             print(f"wedlm-hf generate: error: {error}", file=sys.stderr)
-        return 2
+        return 1
     seconds = time.perf_counter() - start
     if state.is_main_process:
         if replace or not os.path.exists(args.output):
