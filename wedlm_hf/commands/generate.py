@@ -89,7 +89,12 @@ def wedlm_keywords(args: argparse.Namespace) -> dict:
 
 
 def parse_threshold(text: str) -> float | str:
-    return "none" if text.strip().lower() == "none" else float(text)
+    if text.strip().lower() == "none":
+        return "none"
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'none', got {text!r}") from None
 
 
 def read_prompt(args: argparse.Namespace) -> str:
@@ -97,7 +102,12 @@ def read_prompt(args: argparse.Namespace) -> str:
     if args.prompt_file is not None:
         if args.prompt is not None:
             raise ValueError("give the prompt either as an argument or with --prompt-file, not both")
-        prompt = args.prompt_file.read_text()
+        try:
+            prompt = args.prompt_file.read_text()
+        except FileNotFoundError:
+            raise ValueError(f"--prompt-file {args.prompt_file}: no such file") from None
+        except OSError as error:
+            raise ValueError(f"--prompt-file {args.prompt_file}: {error.strerror or error}") from None
     elif args.prompt == "-":
         prompt = sys.stdin.read()
     elif args.prompt is None:
@@ -185,7 +195,7 @@ def stats_line(output, count: int, seconds: float) -> str:
 
 def run(args: argparse.Namespace) -> int:
     if uses_batch_mode(args):
-        return run_batch(args, generation_options(args))
+        return run_batch(args, generation_options(args), None if args.device == "auto" else resolve_device(args.device))
     from transformers import TextStreamer, set_seed
 
     prompt = read_prompt(args)
