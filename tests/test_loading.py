@@ -12,6 +12,7 @@ import wedlm_hf
 from test_ecosystem import build_tokenizer
 from tiny_models import MASK_ID, tiny_model
 from wedlm_hf.loading import NAMED_MODELS, load_model_and_tokenizer
+from wedlm_hf.peft_compat import peft_deprecations_silenced
 from wedlm_hf_cli import main
 
 PROMPT = "w10 w11 w12 w13"
@@ -30,7 +31,8 @@ def adapter(tmp_path_factory) -> Path:
     torch.manual_seed(1)
     lora = peft.LoraConfig(r=2, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
     folder = tmp_path_factory.mktemp("adapter")
-    peft.get_peft_model(base, lora).save_pretrained(folder)
+    with peft_deprecations_silenced():
+        peft.get_peft_model(base, lora).save_pretrained(folder)
     config = json.loads((folder / "adapter_config.json").read_text())
     (folder / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": str(base_folder)}))
     return folder
