@@ -5,10 +5,10 @@ import json
 import warnings
 
 import pytest
+from test_finetune import counting_data, tiny_llama  # noqa: F401 (fixtures)
 from transformers import AutoTokenizer
 
 import wedlm_hf
-from test_finetune import counting_data, tiny_llama  # noqa: F401 (fixtures)
 from wedlm_hf.commands.generate_batch import BATCH_OPTIONS, SINGLE_PROMPT_ONLY
 from wedlm_hf.generation.options import OPTIONS
 from wedlm_hf_cli import build_parser, main

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
-
-import wedlm_hf
 from test_ecosystem import build_tokenizer
 from tiny_models import MASK_ID, tiny_model
+
+import wedlm_hf
 from wedlm_hf.loading import NAMED_MODELS, load_model_and_tokenizer
 from wedlm_hf.peft_compat import peft_deprecations_silenced
 from wedlm_hf_cli import main

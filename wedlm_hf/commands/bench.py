@@ -8,6 +8,7 @@ and the time-vs-length table; optionally writes JSON and a PNG.
 import argparse
 import importlib.util
 import sys
+
 from ..loading.names import MODEL_HELP
 
 FULL = {

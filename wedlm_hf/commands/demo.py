@@ -5,6 +5,7 @@ Gradio is imported only when the command runs, so `wedlm-hf` works on installs w
 
 import argparse
 import sys
+
 from ..loading.names import MODEL_HELP
 
 

@@ -2,6 +2,7 @@
 
 import argparse
 import sys
+
 from ..loading.names import MODEL_HELP
 
 
@@ -58,9 +59,9 @@ def run(args: argparse.Namespace) -> int:
     import torch
     from transformers.utils import logging
 
-    from ..loading import load_model_and_tokenizer
     from ..evaluation.evaluate import DEFAULT_THRESHOLDS, evaluate_model
     from ..evaluation.prompts import read_prompts
+    from ..loading import load_model_and_tokenizer
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -1,6 +1,7 @@
 """Export a Hub-ready WeDLM folder (remote code, config, weights, card) or a `custom_generate` recipe."""
 
 import argparse
+
 from ..loading.names import MODEL_HELP
 
 

@@ -14,7 +14,8 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..bench.arms import Arm
-from ..bench.runner import BASELINE, ArmResult, BenchConfig, agreement, bench_prompt_set, machine_info
+from ..bench.measure import machine_info
+from ..bench.runner import BASELINE, ArmResult, BenchConfig, agreement, bench_prompt_set
 from ..generation import enable
 from .prompts import EvalPrompt, as_prompts
 from .report import GREEDY, LOSSLESS, DecodingRow, Drift, EvaluationReport, plain_name
