@@ -12,6 +12,12 @@ import json
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..batch.rows import PromptRow
 
 BATCH_OPTIONS = ("input", "output", "batch_size", "max_batch_tokens", "resume", "overwrite", "tp", "no_progress")
 SINGLE_PROMPT_ONLY = {
@@ -66,20 +72,20 @@ def _check_arguments(args: argparse.Namespace) -> None:
         raise ValueError(f"--output {args.output} already exists: pass --resume to continue it or --overwrite.")
 
 
-def _load(args: argparse.Namespace, state, device):
+def _load(args: argparse.Namespace, state, device: "torch.device | None"):
     from transformers import DistributedConfig
 
     import wedlm_hf
 
     from ..loading import load_model_and_tokenizer
 
+    if device is not None and (args.tp or state.num_processes > 1):
+        raise ValueError("--device places one process's model; under a launcher each process takes its own device.")
     if args.tp:
         if state.num_processes < 2:
             raise ValueError("--tp shards the model over processes: launch with `torchrun --nproc_per_node N`.")
         placement = {"distributed_config": DistributedConfig(tp_plan="auto")}
     elif device is not None:
-        if state.num_processes > 1:
-            raise ValueError("--device picks one device; under a launcher each process takes its own: drop --device.")
         placement = {"device_map": {"": device}}
     else:
         placement = {"device_map": {"": state.device}}
@@ -87,14 +93,14 @@ def _load(args: argparse.Namespace, state, device):
     return wedlm_hf.enable(model), tokenizer
 
 
-def as_chat(row):
+def as_chat(row: "PromptRow") -> "PromptRow":
     """--chat: a prompt row as one user message, through the chat template like a "messages" row."""
     if row.prompt is None:
         return row
     return dataclasses.replace(row, prompt=None, messages=[{"role": "user", "content": row.prompt}])
 
 
-def run_batch(args: argparse.Namespace, options: dict, device=None) -> int:
+def run_batch(args: argparse.Namespace, options: dict, device: "torch.device | None" = None) -> int:
     """Generate every row of --input not yet in --output with the `generate` keywords `options`, on `device`
     (None: the launcher's); an error is one line on stderr (from the main process) and exit status 1, as for every
     command."""
@@ -129,6 +135,8 @@ def run_batch(args: argparse.Namespace, options: dict, device=None) -> int:
             )
         todo = [as_chat(row) if args.chat else row for row in rows if json.dumps(row.id) not in done[0]]
         model, tokenizer = _load(args, state, device)
+        if args.chat and not getattr(tokenizer, "chat_template", None):
+            raise ValueError("--chat: this tokenizer has no chat template; drop --chat")
         if args.seed is not None:
             set_seed(args.seed)
         rounds = generate_in_rounds(
