@@ -20,11 +20,12 @@ PROMPT = "1, 2, 3, 4,"
 
 
 def wedlm_hf(*args: str, timeout: float = 600) -> str:
-    """Run `wedlm-hf ARGS`; its standard output, or exit with what it printed."""
+    """Run `wedlm-hf ARGS`; its standard output, or exit with what it printed (also on a warning: normal use prints
+    none)."""
     command = [shutil.which("wedlm-hf") or sys.exit("no `wedlm-hf` command on PATH"), *args]
     print("$", " ".join(command[:1] + [f"'{a}'" if " " in a else a for a in args]), flush=True)
     result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    if result.returncode != 0:
+    if result.returncode != 0 or "Warning" in result.stderr:
         sys.exit(f"exit status {result.returncode}\n{result.stdout}\n{result.stderr}")
     return result.stdout
 
