@@ -153,3 +153,30 @@ def test_loading_an_adapter_prints_no_warning(adapter, capsys):
         warnings.simplefilter("always")
         generate_one(capsys, str(adapter))
     assert [str(w.message) for w in caught if issubclass(w.category, (FutureWarning, DeprecationWarning))] == []
+
+
+@pytest.mark.parametrize("name", ["wedlm-tiny-code", "smollm2-wedlm"])
+def test_the_packaged_checkpoint_files_are_enough_to_load(name, tmp_path):
+    """The wheel ships only the checkpoint files pyproject.toml's package-data patterns match: loading reads no other."""
+    import fnmatch
+    import shutil
+    import tomllib
+
+    from wedlm_hf.loading.names import EXTRAS
+
+    for module in EXTRAS.get(name, ("", ()))[1]:
+        pytest.importorskip(module, reason=f"{name} needs the extras {EXTRAS[name][0]}")
+    root = Path(wedlm_hf.__file__).parent
+    pyproject = tomllib.loads((root.parent / "pyproject.toml").read_text())
+    patterns = pyproject["tool"]["setuptools"]["package-data"]["wedlm_hf"]
+    source = Path(NAMED_MODELS[name]())
+    copy = tmp_path / name
+    copy.mkdir()
+    for path in source.iterdir():
+        if any(fnmatch.fnmatch(str(path.relative_to(root)), pattern) for pattern in patterns):
+            shutil.copy(path, copy / path.name)
+    assert not (copy / "training_log.json").exists() and not (copy / "finetune_summary.json").exists()
+    model, tokenizer = load_model_and_tokenizer(str(copy))
+    inputs = tokenizer(PROMPT, return_tensors="pt")
+    expected, _ = load_model_and_tokenizer(name)
+    torch.testing.assert_close(model(**inputs).logits, expected(**inputs).logits)
