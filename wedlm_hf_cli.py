@@ -5,27 +5,64 @@ transformers, which imports torch (seconds), and `wedlm-hf --help` or `--version
 """
 
 import argparse
+import difflib
 import importlib
+import re
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
 SUBCOMMANDS = {  # name: (module, one-line help, the extra that installs its optional dependencies)
     "generate": ("wedlm_hf.commands.generate", "generate a continuation with WeDLM decoding and print its stats", None),
     "serve": ("wedlm_hf.commands.serve", "serve a model with `transformers serve` (OpenAI API), WeDLM decoding", "serve"),
-    "bench": ("wedlm_hf.bench.command", "benchmark WeDLM against AR, prompt lookup and the baselines", "bench"),
-    "demo": ("wedlm_hf.demo.command", "browser demo: WeDLM and AR side by side, with the step view", "demo"),
+    "bench": ("wedlm_hf.commands.bench", "benchmark WeDLM against AR, prompt lookup and the baselines", "bench"),
+    "demo": ("wedlm_hf.commands.demo", "browser demo: WeDLM and AR side by side, with the step view", "demo"),
     "evaluate": (
-        "wedlm_hf.evaluation.command", "WeDLM vs greedy on held-out prompts, drift from a base model, HumanEval", "eval"
+        "wedlm_hf.commands.evaluate", "WeDLM vs greedy on held-out prompts, drift from a base model, HumanEval", "eval"
     ),
     "train": ("wedlm_hf.training.command", "train the embedded WeDLM checkpoint from scratch on CPU", "train"),
-    "finetune": ("wedlm_hf.finetune.command", "adapt a causal LM (or a WeDLM checkpoint) to WeDLM decoding", "finetune"),
-    "export": ("wedlm_hf.hub.export_command", "export a Hub-ready WeDLM folder or a custom_generate recipe", None),
-    "push": ("wedlm_hf.hub.push_command", "upload a folder written by `wedlm-hf export` to the Hub", None),
+    "finetune": ("wedlm_hf.commands.finetune", "adapt a causal LM (or a WeDLM checkpoint) to WeDLM decoding", "finetune"),
+    "export": ("wedlm_hf.commands.export", "export a Hub-ready WeDLM folder or a custom_generate recipe", None),
+    "push": ("wedlm_hf.commands.push", "upload a folder written by `wedlm-hf export` to the Hub", None),
 }
 
 
 class UserError(Exception):
     """A problem the user can fix; printed as one line, without a traceback."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, its errors raised as one line naming the option (no usage block, the exit status of every
+    other user error)."""
+
+    chosen: argparse.ArgumentParser | None = None
+    """The chosen subcommand's parser (`build_parser` sets it), whose options a misspelt one is matched against."""
+
+    def error(self, message: str):
+        raise UserError(plain_message(message))
+
+
+TYPE_NAMES = {"int": "an integer", "float": "a number"}
+
+
+def plain_message(message: str) -> str:
+    """argparse's message without its internal words: `argument --x: invalid int value: 'a'` -> `--x: expected an
+    integer, got 'a'`."""
+    message = re.sub(r"^argument ", "", message)
+    return re.sub(
+        r"invalid (\w+) value: (.*)$",
+        lambda match: f"expected {TYPE_NAMES.get(match.group(1), 'a valid value')}, got {match.group(2)}",
+        message,
+    )
+
+
+def refuse_extras(parser: "Parser", extras: list[str]) -> None:
+    """A misspelt option is an error naming it (argparse would take the word after it as the prompt)."""
+    option = next((word.split("=")[0] for word in extras if word.startswith("-") and word != "-"), None)
+    if option is None:
+        raise UserError(f"unexpected argument {extras[0]!r}")
+    known = [name for action in (parser.chosen or parser)._actions for name in action.option_strings]
+    near = difflib.get_close_matches(option, known, n=1)
+    raise UserError(f"unknown option {option}" + (f" (did you mean {near[0]}?)" if near else ""))
 
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -55,7 +92,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     debug.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS, help="show the full traceback of an error"
     )
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="wedlm-hf", description="WeDLM parallel decoding for Hugging Face transformers.", parents=[debug]
     )
     parser.add_argument("--version", action="version", version=f"wedlm-hf {_version()}")
@@ -71,6 +108,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         )
         if name == chosen:
             _import_command(name, module_name, extra).register(subparser)
+            parser.chosen = subparser
     return parser
 
 
@@ -84,8 +122,9 @@ def _import_command(name: str, module_name: str, extra: str | None):
         raise UserError(f"`wedlm-hf {name}` needs the package {error.name!r}: {install}") from error
 
 
-USER_ERRORS = (UserError, ValueError, OSError)
-"""Bad values, missing files, unreachable hosts: the message says what to fix, a traceback would only hide it."""
+USER_ERRORS = (UserError, ValueError, OSError, ImportError)
+"""Bad values, missing files or packages, unreachable hosts: the message says what to fix, a traceback would only
+hide it."""
 
 
 def describe(error: BaseException) -> str:
@@ -116,7 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv
     try:
-        args = build_parser(argv).parse_args(argv)
+        parser = build_parser(argv)
+        args, extras = parser.parse_known_args(argv)
+        if extras:
+            refuse_extras(parser, extras)
         return int(args.run(args) or 0)
     except KeyboardInterrupt:
         print("wedlm-hf: interrupted", file=sys.stderr)

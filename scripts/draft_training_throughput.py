@@ -20,10 +20,9 @@ import time
 import torch
 from transformers import AutoTokenizer
 
-from wedlm_hf.finetune import FinetuneOptions
 from wedlm_hf.finetune.data import pack_texts
 from wedlm_hf.finetune.mask_token import ensure_mask_token
-from wedlm_hf.finetune.recipe import with_draft_only_lora, with_lora
+from wedlm_hf.finetune.adapters import with_draft_only_lora, with_lora
 from wedlm_hf.loading import load_model_and_tokenizer
 from wedlm_hf.training import DualStreamCollator
 from wedlm_hf.training.corpus import low_entropy_documents, read_stdlib
@@ -34,9 +33,8 @@ from wedlm_hf.training.objective import dual_stream_forward
 def arms(model_name: str, rank: int) -> tuple[dict, AutoTokenizer, int]:
     base, tokenizer = load_model_and_tokenizer(model_name, dtype=torch.float32)
     mask_id, new_mask = ensure_mask_token(base, tokenizer, reuse=True)
-    options = FinetuneOptions(lora_r=rank)
-    whole = with_lora(copy.deepcopy(base), options, mask_id if new_mask else None)
-    draft = with_draft_only_lora(base, options, mask_id)
+    whole = with_lora(copy.deepcopy(base), rank, 2 * rank, mask_id if new_mask else None)
+    draft = with_draft_only_lora(base, rank, 2 * rank, mask_id)
     built = {}
     for name, model, forward, ar_weight in (("whole", whole, dual_stream_forward, 1.0), ("draft", draft, draft_only_forward, 0.0)):
         model.train()

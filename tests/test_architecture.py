@@ -6,6 +6,8 @@ import dataclasses
 import inspect
 from pathlib import Path
 
+import tomllib
+
 import wedlm_hf.generation
 from wedlm_hf.generation import decoding
 from wedlm_hf.generation.options import BY_SETTING, KEYWORDS
@@ -60,3 +62,77 @@ def test_option_names_are_declared_once():
     wedlm_keywords = {name for name in parameters if name.startswith("wedlm_") or name == "mask_token_id"}
     assert wedlm_keywords == set(KEYWORDS)
     assert {field.name for field in dataclasses.fields(WeDLMSettings)} == set(BY_SETTING)
+
+
+# --- the whole package ---
+
+PACKAGE = Path(wedlm_hf.__file__).parent
+ROOT = PACKAGE.parent
+KEPT_AT_TOP = {
+    "wedlm_hf_cli.py": "the `wedlm-hf` entry point: importing `wedlm_hf` imports torch, `--help` must not",
+    "app.py": "the Hugging Face Spaces entry of the demo, which Spaces looks for at the root (not installed)",
+}
+
+
+def test_nothing_importable_at_the_top_but_wedlm_hf():
+    modules = {path.name for path in ROOT.glob("*.py")}
+    packages = {path.parent.name for path in ROOT.glob("*/__init__.py")}
+    assert modules <= set(KEPT_AT_TOP), modules - set(KEPT_AT_TOP)
+    assert packages == {"wedlm_hf"}, packages
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert setuptools["py-modules"] == ["wedlm_hf_cli"] and setuptools["packages"]["find"]["include"] == ["wedlm_hf*"]
+
+
+def test_every_module_is_short():
+    lengths = {str(path.relative_to(ROOT)): len(path.read_text().splitlines()) for path in PACKAGE.rglob("*.py")}
+    assert {name: n for name, n in lengths.items() if n > MOST_LINES} == {}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def package_imports(path: Path, modules: set[str]) -> set[str]:
+    """The `wedlm_hf` modules `path` imports anywhere (top level or inside functions), relative imports resolved;
+    `from package import name` counts as importing the submodule `name` where there is one."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.split(".")[0] == "wedlm_hf")
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            elif (node.module or "").split(".")[0] == "wedlm_hf":
+                target = node.module
+            else:
+                continue
+            submodules = {f"{target}.{alias.name}" for alias in node.names} & modules
+            found.update(submodules or {target})
+    return found & modules
+
+
+def test_package_imports_have_no_cycle():
+    paths = list(PACKAGE.rglob("*.py"))
+    modules = {module_name(path) for path in paths}
+    graph = {module_name(path): package_imports(path, modules) - {module_name(path)} for path in paths}
+    state: dict[str, str] = {}
+    cycles = []
+
+    def visit(module: str, trail: list[str]) -> None:
+        if state.get(module) == "done":
+            return
+        if state.get(module) == "open":
+            cycles.append(" -> ".join(trail[trail.index(module) :] + [module]))
+            return
+        state[module] = "open"
+        for imported in sorted(graph.get(module, ())):
+            visit(imported, trail + [module])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        visit(module, [])
+    assert cycles == []

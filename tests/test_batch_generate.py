@@ -141,7 +141,7 @@ def test_bad_line_names_it_and_keeps_the_output(tmp_path, capsys, line, message)
     output = tmp_path / "out.jsonl"
     kept = '{"id": "add", "continuation": "x", "finish_reason": "stop", "stats": {}}\n'
     output.write_text(kept)
-    assert main(["generate", "--input", str(source), "--output", str(output), "--resume", "--no-progress"]) == 2
+    assert main(["generate", "--input", str(source), "--output", str(output), "--resume", "--no-progress"]) == 1
     error = capsys.readouterr().err.strip()
     assert error.startswith("wedlm-hf generate: error: ") and "\n" not in error
     assert __import__("re").search(message, error), error
@@ -160,16 +160,16 @@ def test_existing_output_needs_resume_or_overwrite(tmp_path, capsys):
     output = tmp_path / "out.jsonl"
     output.write_text('{"id": "old"}\n')
     args = ["generate", "--input", str(source), "--output", str(output), "--no-progress", "--max-new-tokens", "4"]
-    assert main(args) == 2 and "pass --resume" in capsys.readouterr().err
-    assert main(args + ["--resume"]) == 2 and "not in --input" in capsys.readouterr().err
+    assert main(args) == 1 and "pass --resume" in capsys.readouterr().err
+    assert main(args + ["--resume"]) == 1 and "not in --input" in capsys.readouterr().err
     output.write_text('garbage\n{"id": "add"}\n')
-    assert main(args + ["--resume"]) == 2 and "out.jsonl line 1: not a result line" in capsys.readouterr().err
+    assert main(args + ["--resume"]) == 1 and "out.jsonl line 1: not a result line" in capsys.readouterr().err
     assert output.read_text() == 'garbage\n{"id": "add"}\n'
     assert main(args + ["--overwrite"]) == 0
     assert [r["id"] for r in read_output(output)] == ["add"]
-    assert main(["generate", "a prompt", "--input", str(source), "--output", str(output)]) == 2
+    assert main(["generate", "a prompt", "--input", str(source), "--output", str(output)]) == 1
     assert "either a prompt or --input" in capsys.readouterr().err
-    assert main(["generate", "a prompt", "--output", str(output)]) == 2
+    assert main(["generate", "a prompt", "--output", str(output)]) == 1
     assert "need --input" in capsys.readouterr().err
 
 

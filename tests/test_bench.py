@@ -125,7 +125,7 @@ def test_compile_flag_adds_compiled_arms(tmp_path, capsys):
 
 
 def test_quick_fills_only_the_sizes_not_given():
-    from wedlm_hf.bench.command import FULL, QUICK, apply_sizes, register
+    from wedlm_hf.commands.bench import FULL, QUICK, apply_sizes, register
 
     parser = argparse.ArgumentParser()
     register(parser)

@@ -16,7 +16,6 @@ from wedlm_hf.demo.engine import StopRegistry, load_generation_config, load_mode
 from wedlm_hf.demo.logic import (
     EXAMPLES,
     SLIDERS,
-    STEP_VIEW_CSS,
     DecodeParams,
     InputError,
     checkpoint_defaults,
@@ -25,10 +24,10 @@ from wedlm_hf.demo.logic import (
     format_verdict,
     generate_options,
     lossless_default,
-    render_step_view,
     validate_params,
     validate_prompt,
 )
+from wedlm_hf.demo.step_view import STEP_VIEW_CSS, render_step_view
 from wedlm_hf.generation.settings import DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY_FACTOR, DEFAULT_WINDOW_SIZE
 from wedlm_hf.loading import NAMED_MODELS
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import wedlm_hf
-from wedlm_hf.bench.runner import ForwardCounter, agreement
+from wedlm_hf.bench.measure import ForwardCounter
+from wedlm_hf.bench.runner import agreement
 from wedlm_hf.evaluation import GREEDY, LOSSLESS, EvalPrompt, evaluate_model, plain_name, read_prompts
 from wedlm_hf.loading import load_model_and_tokenizer
 from wedlm_hf_cli import main

@@ -22,7 +22,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LM
 
 from wedlm_hf import enable
 from wedlm_hf.generation.transformers_version import TRANSFORMERS_REQUIREMENT, check_transformers_version
-from wedlm_hf.hub import export_command, export_custom_generate, export_model_folder
+from wedlm_hf.commands import export as export_command
+from wedlm_hf.hub import export_custom_generate, export_model_folder
 from wedlm_hf.hub.export import RECIPE_REQUIREMENTS, remote_module_sources
 
 REPO = Path(__file__).resolve().parents[1]

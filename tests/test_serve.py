@@ -14,13 +14,15 @@ serving = pytest.importorskip("wedlm_hf.serving")
 
 PROMPT = "1, 2, 3, 4,"
 MAX_TOKENS = 16
+SERVED = "wedlm-tiny-code"
+"""The name the server is started with (as `wedlm-hf serve wedlm-tiny-code` does): the id clients send."""
 
 
 @pytest.fixture(scope="module")
 def server():
     """The server in a thread of this process (so the test can count the model's forwards), stopped at the end."""
     patch = pytest.MonkeyPatch()
-    running, port = start_server(patch)
+    running, port = start_server(patch, name=SERVED)
     (timed_model,) = running._model_manager.loaded_models.values()
     forwards = []
     hook = timed_model.model.register_forward_hook(lambda module, args, output: forwards.append(1))
@@ -37,6 +39,15 @@ def count_forwards(forwards: list, request):
     return result, len(forwards)
 
 
+def test_the_served_model_id_is_the_name_the_user_gave(server):
+    client, _, _ = server
+    assert [model.id for model in client.models.list()] == [SERVED]
+    completion = client.completions.create(model=SERVED, prompt=PROMPT, max_tokens=4)
+    assert completion.choices[0].text
+    with pytest.raises(openai.BadRequestError):  # another name is refused, not answered by this model
+        client.completions.create(model="another-model", prompt=PROMPT, max_tokens=4)
+
+
 def test_loaded_model_decodes_with_wedlm_by_default(server):
     _, model, _ = server
     assert isinstance(model, wedlm_hf.WeDLMGenerationMixin)
@@ -46,7 +57,7 @@ def test_loaded_model_decodes_with_wedlm_by_default(server):
 def test_completion_matches_local_wedlm_generate(server):
     client, model, forwards = server
     completion, calls = count_forwards(
-        forwards, lambda: client.completions.create(model=wedlm_hf.DEFAULT_MODEL, prompt=PROMPT, max_tokens=MAX_TOKENS)
+        forwards, lambda: client.completions.create(model=SERVED, prompt=PROMPT, max_tokens=MAX_TOKENS)
     )
     tokenizer = transformers.AutoTokenizer.from_pretrained(wedlm_hf.DEFAULT_MODEL)
     inputs = tokenizer(PROMPT, return_tensors="pt")
@@ -61,7 +72,7 @@ def test_completion_matches_local_wedlm_generate(server):
 def stream_chat(client, **extra):
     chunks = list(
         client.chat.completions.create(
-            model=wedlm_hf.DEFAULT_MODEL,
+            model=SERVED,
             messages=[{"role": "user", "content": PROMPT}],
             max_tokens=MAX_TOKENS,
             stream=True,
@@ -97,6 +108,7 @@ def test_serve_command_sets_the_generation_config_of_every_request(monkeypatch):
     assert main(["serve", "--lossless", "--threshold", "none", "--window-size", "8", "--port", "9"]) == 0
     ((model, options),) = calls
     assert model == wedlm_hf.DEFAULT_MODEL and options["port"] == 9 and options["host"] == "127.0.0.1"
+    assert options["name"] == SERVED  # clients send the name, not the folder it stands for
     assert options["generation_defaults"] == {
         "wedlm_lossless": True,
         "wedlm_entropy_threshold": None,

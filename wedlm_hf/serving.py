@@ -10,6 +10,7 @@ With continuous batching, a `GenerationState` subclass hands requests to WeDLM's
 
 from transformers import GenerationConfig, PreTrainedModel
 from transformers.cli.serving import model_manager
+from transformers.cli.serving.utils import split_revision
 
 import wedlm_hf
 from wedlm_hf.generation.options import OPTIONS
@@ -22,9 +23,20 @@ class WeDLMModelManager(model_manager.ModelManager):
     """Loads models as transformers serve does, then gives them `decoding="wedlm"` by default."""
 
     generation_defaults: dict = {}
+    served_names: dict = {}
+    """Model name a client sends (the one the user gave `serve`, e.g. `wedlm-tiny-code`) -> the folder loaded."""
 
-    def _load_model(self, *args, **kwargs) -> PreTrainedModel:
-        model = wedlm_hf.enable(super()._load_model(*args, **kwargs))
+    def _folder(self, model_id_and_revision: str, gguf_file: str | None) -> tuple[str, str | None]:
+        model_id, _ = split_revision(model_id_and_revision)
+        name = model_id if gguf_file is None else f"{model_id}:{gguf_file}"
+        return (self.served_names[name], None) if name in self.served_names else (model_id_and_revision, gguf_file)
+
+    def _load_processor(self, model_id_and_revision: str, gguf_file: str | None = None):
+        return super()._load_processor(*self._folder(model_id_and_revision, gguf_file))
+
+    def _load_model(self, model_id_and_revision: str, *args, gguf_file: str | None = None, **kwargs) -> PreTrainedModel:
+        folder, gguf_file = self._folder(model_id_and_revision, gguf_file)
+        model = wedlm_hf.enable(super()._load_model(folder, *args, gguf_file=gguf_file, **kwargs))
         config: GenerationConfig = model.generation_config
         config.decoding = "wedlm"
         for name, value in self.generation_defaults.items():
@@ -32,9 +44,10 @@ class WeDLMModelManager(model_manager.ModelManager):
         return model
 
 
-def install(generation_defaults: dict, batching: dict | None = None) -> None:
+def install(generation_defaults: dict, batching: dict | None = None, served_names: dict | None = None) -> None:
     """Make `transformers serve` load WeDLM models with WeDLM decoding, with these generation config overrides;
-    with `batching` (`WeDLMCBGenerateManager` options), continuous-batching requests go to WeDLM's scheduler."""
+    with `batching` (`WeDLMCBGenerateManager` options), continuous-batching requests go to WeDLM's scheduler;
+    `served_names` maps the names clients send to the folders loaded."""
     unknown = set(generation_defaults) - set(GENERATION_OPTIONS)
     if unknown:
         raise ValueError(f"serve cannot set {sorted(unknown)}; settable: {', '.join(GENERATION_OPTIONS)}")
@@ -42,6 +55,7 @@ def install(generation_defaults: dict, batching: dict | None = None) -> None:
     for cls in (wedlm_hf.WeDLMForCausalLM, wedlm_hf.WeDLMModel, wedlm_hf.WeDLMConfig):
         setattr(namespace, cls.__name__, cls)
     WeDLMModelManager.generation_defaults = dict(generation_defaults)
+    WeDLMModelManager.served_names = dict(served_names or {})
     model_manager.ModelManager = WeDLMModelManager
     if batching is not None:
         from transformers.cli.serving import utils as serving_utils
@@ -53,17 +67,26 @@ def install(generation_defaults: dict, batching: dict | None = None) -> None:
 
 
 def serve(
-    model: str, *, host: str, port: int, generation_defaults: dict, batching: dict | None = None, **server_options
+    model: str,
+    *,
+    host: str,
+    port: int,
+    generation_defaults: dict,
+    batching: dict | None = None,
+    name: str | None = None,
+    **server_options,
 ):
     """Run `transformers serve` pinned to `model`: until interrupted, or in a thread with `non_blocking=True`
     (then stop it with the returned server's `kill_server()`); with `batching` (max_batch_size, max_batch_tokens),
-    requests are continuously batched by WeDLM's scheduler."""
+    requests are continuously batched by WeDLM's scheduler. `name` (default: `model`) is the model id clients
+    send and `/v1/models` lists."""
     from transformers.cli.serve import Serve
     from transformers.utils.import_utils import is_serve_available
 
     if not is_serve_available():
         raise ImportError("`wedlm-hf serve` needs transformers' serving dependencies: pip install 'wedlm-hf[serve]'")
-    install(generation_defaults, batching)
+    name = name or model
+    install(generation_defaults, batching, served_names={name: model} if name != model else None)
     return Serve(
-        force_model=model, host=host, port=port, continuous_batching=batching is not None, **server_options
+        force_model=name, host=host, port=port, continuous_batching=batching is not None, **server_options
     )

@@ -1,9 +1,10 @@
 """Models and tokenizers the benchmarks run on: a checkpoint from disk/Hub, or a random model built in code."""
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..enabling import enable
+from ..loading import load_model_and_tokenizer
 from ..modeling import WeDLMConfig, WeDLMForCausalLM
 
 RANDOM_MODEL = "random"
@@ -44,9 +45,10 @@ def random_model(
     return model.eval()
 
 
-def load_model(path: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase | None]:
-    """The model at `path` with WeDLM decoding enabled, and its tokenizer (None for `RANDOM_MODEL`)."""
-    if path == RANDOM_MODEL:
+def load_model(name: str | None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase | None]:
+    """The model `name` stands for (`wedlm_hf.loading`) with WeDLM decoding enabled, and its tokenizer (None for
+    `RANDOM_MODEL`)."""
+    if name == RANDOM_MODEL:
         return random_model(), None
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    return enable(AutoModelForCausalLM.from_pretrained(path).eval()), tokenizer
+    model, tokenizer = load_model_and_tokenizer(name)
+    return enable(model), tokenizer

@@ -6,21 +6,18 @@ each prompt runs every arm back to back in an order rotated per prompt and repea
 repeats; speed-ups are medians of per-repeat ratios (paired, so drift between repeats cancels).
 """
 
-import platform
 import statistics
-import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import psutil
-import torch
 from transformers import PreTrainedModel
 
 from ..generation.settings import DEFAULT_WINDOW_SIZE
 from ..generation.validation import position_limit_error
 from .arms import BASELINE, COMPILED_FAMILIES, FAMILIES, Arm, Decoded, build_arms
+from .measure import ForwardCounter, RssSampler, machine_info
 
 SCALING_LENGTHS = (64, 128, 256, 512, 1024)
 SCALING_FAMILIES = ("ar", "wedlm", "nocache")
@@ -69,56 +66,6 @@ class BenchResult:
     sets: dict[str, list[ArmResult]]
     scaling: dict[str, dict[int, float]]
     """Arm -> generated length -> median seconds of one decode."""
-
-
-class ForwardCounter:
-    """Counts model forwards and the query tokens they fed, via a pre-hook on the top-level module."""
-
-    def __init__(self, model: PreTrainedModel):
-        self.model, self.calls, self.fed = model, 0, 0
-
-    def _hook(self, module, args, kwargs) -> None:
-        input_ids = kwargs.get("input_ids", args[0] if args else None)
-        self.calls += 1
-        self.fed += int(input_ids.shape[1])
-
-    def __enter__(self) -> "ForwardCounter":
-        self.handle = self.model.register_forward_pre_hook(self._hook, with_kwargs=True)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.handle.remove()
-
-
-class RssSampler:
-    """Peak resident set size of this process while the block runs, sampled by a thread every `interval` s.
-
-    `ru_maxrss` is a whole-process high-water mark, useless for the second arm onwards; sampling gives each arm
-    its own peak. Allocator caching means `growth` (peak minus RSS at entry) is the number to compare.
-    """
-
-    def __init__(self, interval: float = 0.005):
-        self.interval, self.process = interval, psutil.Process()
-        self._stop = threading.Event()
-
-    def _sample(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.peak = max(self.peak, self.process.memory_info().rss)
-
-    def __enter__(self) -> "RssSampler":
-        self.start = self.peak = self.process.memory_info().rss
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self.process.memory_info().rss)
-
-    @property
-    def growth(self) -> int:
-        return self.peak - self.start
 
 
 def _rotated(items: Sequence, shift: int) -> list:
@@ -244,24 +191,6 @@ def time_vs_length(
                     raise RuntimeError(f"{arm.name} produced {len(decoded.tokens)} tokens, expected exactly {length}")
                 tick()
     return samples
-
-
-def machine_info() -> dict:
-    """What the numbers were measured on."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {
-        "cpu": cpu,
-        "logical_cores": psutil.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "load_average": list(psutil.getloadavg()),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-    }
 
 
 def run_bench(

@@ -13,6 +13,7 @@ import wedlm_hf
 from wedlm_hf.commands.generate_batch import add_batch_arguments, run_batch, uses_batch_mode
 from wedlm_hf.generation.options import BY_SETTING, OPTIONS
 from wedlm_hf.generation.validation import position_limit_error
+from wedlm_hf.loading.names import MODEL_HELP
 
 WEDLM_OPTIONS = {option.cli: option.keyword for option in OPTIONS if option.cli}
 """Command-line option (argparse dest) -> generate keyword."""
@@ -37,7 +38,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--prompt-file", type=Path, help="read the prompt from this file instead (as is)")
     parser.add_argument(
-        "--model", help="local path, Hub id, folder:file.gguf or a named model (default: the embedded checkpoint)"
+        "--model", help=MODEL_HELP + " (default: the embedded checkpoint)"
     )
     parser.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate at most")
     parser.add_argument("--chat", action="store_true", help="wrap the prompt as a user message with the chat template")
@@ -88,7 +89,12 @@ def wedlm_keywords(args: argparse.Namespace) -> dict:
 
 
 def parse_threshold(text: str) -> float | str:
-    return "none" if text.strip().lower() == "none" else float(text)
+    if text.strip().lower() == "none":
+        return "none"
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'none', got {text!r}") from None
 
 
 def read_prompt(args: argparse.Namespace) -> str:
@@ -96,7 +102,12 @@ def read_prompt(args: argparse.Namespace) -> str:
     if args.prompt_file is not None:
         if args.prompt is not None:
             raise ValueError("give the prompt either as an argument or with --prompt-file, not both")
-        prompt = args.prompt_file.read_text()
+        try:
+            prompt = args.prompt_file.read_text()
+        except FileNotFoundError:
+            raise ValueError(f"--prompt-file {args.prompt_file}: no such file") from None
+        except OSError as error:
+            raise ValueError(f"--prompt-file {args.prompt_file}: {error.strerror or error}") from None
     elif args.prompt == "-":
         prompt = sys.stdin.read()
     elif args.prompt is None:
@@ -184,7 +195,7 @@ def stats_line(output, count: int, seconds: float) -> str:
 
 def run(args: argparse.Namespace) -> int:
     if uses_batch_mode(args):
-        return run_batch(args, generation_options(args))
+        return run_batch(args, generation_options(args), None if args.device == "auto" else resolve_device(args.device))
     from transformers import TextStreamer, set_seed
 
     prompt = read_prompt(args)

@@ -7,17 +7,26 @@ Tensor parallel: `--tp` under `torchrun --nproc_per_node N` loads one model shar
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..batch.rows import PromptRow
 
 BATCH_OPTIONS = ("input", "output", "batch_size", "max_batch_tokens", "resume", "overwrite", "tp", "no_progress")
-HANDLED = {
-    "command", "run", "batch_parser", "prompt", "model", "max_new_tokens", "ar", "window_size", "threshold",
-    "penalty", "mask_token_id", "lossless", "do_sample", "temperature", "top_p", "dtype", "debug", *BATCH_OPTIONS,
+SINGLE_PROMPT_ONLY = {
+    "prompt_file": "--prompt-file gives one prompt; with --input the prompts are the rows",
+    "stream": "--stream prints one continuation as it is decoded; with --input the results go to --output",
 }
-"""The `generate` options batch mode reads; any other option set on the command line is refused, not ignored."""
+"""The `generate` options that only make sense for one prompt: refused with --input, not ignored. Every other one
+(the WeDLM options of `wedlm_hf.generation.options`, the mode, sampling, --chat, --seed, placement) applies to every
+row, read by the same code as for one prompt."""
 
 
 def uses_batch_mode(args: argparse.Namespace) -> bool:
@@ -40,12 +49,9 @@ def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _check_arguments(args: argparse.Namespace) -> None:
-    parser = args.batch_parser
-    unhandled = [
-        key for key, value in vars(args).items() if key not in HANDLED and value != parser.get_default(key)
-    ]
-    if unhandled:
-        raise ValueError(f"--{unhandled[0].replace('_', '-')} is not supported with --input.")
+    for key, reason in SINGLE_PROMPT_ONLY.items():
+        if getattr(args, key) != args.batch_parser.get_default(key):
+            raise ValueError(f"{reason}: drop one or the other.")
     if not args.input:
         raise ValueError("--output, --batch-size, --resume, --tp and the other batch options need --input.")
     if args.prompt is not None:
@@ -66,27 +72,40 @@ def _check_arguments(args: argparse.Namespace) -> None:
         raise ValueError(f"--output {args.output} already exists: pass --resume to continue it or --overwrite.")
 
 
-def _load(args: argparse.Namespace, state):
-    from transformers import AutoModelForCausalLM, AutoTokenizer, DistributedConfig
+def _load(args: argparse.Namespace, state, device: "torch.device | None"):
+    from transformers import DistributedConfig
 
     import wedlm_hf
 
-    path = args.model or wedlm_hf.DEFAULT_MODEL
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    from ..loading import load_model_and_tokenizer
+
+    if device is not None and (args.tp or state.num_processes > 1):
+        raise ValueError("--device places one process's model; under a launcher each process takes its own device.")
     if args.tp:
         if state.num_processes < 2:
             raise ValueError("--tp shards the model over processes: launch with `torchrun --nproc_per_node N`.")
-        model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=args.dtype, distributed_config=DistributedConfig(tp_plan="auto")
-        )
+        placement = {"distributed_config": DistributedConfig(tp_plan="auto")}
+    elif device is not None:
+        placement = {"device_map": {"": device}}
     else:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=args.dtype, device_map={"": state.device})
-    return wedlm_hf.enable(model.eval()), tokenizer
+        placement = {"device_map": {"": state.device}}
+    model, tokenizer = load_model_and_tokenizer(args.model, dtype=args.dtype, **placement)
+    return wedlm_hf.enable(model), tokenizer
 
 
-def run_batch(args: argparse.Namespace, options: dict) -> int:
-    """Generate every row of --input not yet in --output; errors are one line on stderr and exit status 2."""
+def as_chat(row: "PromptRow") -> "PromptRow":
+    """--chat: a prompt row as one user message, through the chat template like a "messages" row."""
+    if row.prompt is None:
+        return row
+    return dataclasses.replace(row, prompt=None, messages=[{"role": "user", "content": row.prompt}])
+
+
+def run_batch(args: argparse.Namespace, options: dict, device: "torch.device | None" = None) -> int:
+    """Generate every row of --input not yet in --output with the `generate` keywords `options`, on `device`
+    (None: the launcher's); an error is one line on stderr (from the main process) and exit status 1, as for every
+    command."""
     from accelerate.utils import broadcast_object_list
+    from transformers import set_seed
     from transformers.utils import logging
 
     from ..batch import RowError, generate_in_rounds, read_rows
@@ -114,8 +133,12 @@ def run_batch(args: argparse.Namespace, options: dict) -> int:
                 f"--output {args.output} holds {len(strangers)} id(s) not in --input (e.g. {min(strangers)}): "
                 "is it the output of another input file?"
             )
-        todo = [row for row in rows if json.dumps(row.id) not in done[0]]
-        model, tokenizer = _load(args, state)
+        todo = [as_chat(row) if args.chat else row for row in rows if json.dumps(row.id) not in done[0]]
+        model, tokenizer = _load(args, state, device)
+        if args.chat and not getattr(tokenizer, "chat_template", None):
+            raise ValueError("--chat: this tokenizer has no chat template; drop --chat")
+        if args.seed is not None:
+            set_seed(args.seed)
         rounds = generate_in_rounds(
             model, tokenizer, todo, batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens,
             progress=not args.no_progress, **options,
@@ -131,10 +154,10 @@ def run_batch(args: argparse.Namespace, options: dict) -> int:
                     open(args.output, "w").close()
                     replace = False
                 append_results(args.output, [result for _, result in sorted(finished, key=lambda pair: pair[0])])
-    except (RowError, ValueError, OSError) as error:
+    except (RowError, ValueError, OSError, ImportError) as error:
         if state.is_main_process:
             print(f"wedlm-hf generate: error: {error}", file=sys.stderr)
-        return 2
+        return 1
     seconds = time.perf_counter() - start
     if state.is_main_process:
         if replace or not os.path.exists(args.output):

@@ -2,13 +2,12 @@
 
 import argparse
 
+from ..loading.names import DEFAULT_NAME, MODEL_HELP
 from .generate import add_wedlm_arguments, wedlm_keywords
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "model", nargs="?", help="local path, Hub id, folder:file.gguf, adapter folder or named model (default: the embedded checkpoint)"
-    )
+    parser.add_argument("model", nargs="?", help=MODEL_HELP + " (default: the embedded checkpoint)")
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (0.0.0.0 exposes the server)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--device", default="auto", help="device map, e.g. auto, cpu, cuda:0")
@@ -42,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"serving on http://{args.host}:{args.port}/v1 (OpenAI API); Ctrl-C stops", flush=True)
     serve(
         pretrained_path(args.model),
+        name=args.model or DEFAULT_NAME,  # clients send the name the user gave, not the folder it stands for
         host=args.host,
         port=args.port,
         generation_defaults=defaults,

