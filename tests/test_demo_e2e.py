@@ -149,7 +149,7 @@ def test_page_says_what_wedlm_is_and_starts_from_the_checkpoint_defaults(page):
     for name, value in values.items():
         shown = page.locator(f"#slider-{name.replace('_', '-')} input[type=number]").input_value()
         assert float(shown) == pytest.approx(value), name
-    assert values["entropy_threshold"] == 1.0 and values["pos_penalty"] == 0.05  # not the library's 0.4 / 0.02
+    assert values["entropy_threshold"] == 1.0 and values["pos_penalty_factor"] == 0.05  # not the library's 0.4 / 0.02
     assert _text(page, "#defaults") == note
 
 

@@ -80,8 +80,8 @@ def test_lossless_drafts_every_mask_unless_a_threshold_is_passed():
         return WeDLMSettings.resolve(config, model_config, VOCAB, **kwargs).entropy_threshold
 
     assert resolve() == 1.0
-    assert resolve(lossless=True) == float("inf")
-    assert resolve(lossless=True, entropy_threshold=0.5) == 0.5
+    assert resolve(wedlm_lossless=True) == float("inf")
+    assert resolve(wedlm_lossless=True, wedlm_entropy_threshold=0.5) == 0.5
 
 
 @pytest.fixture(scope="module")

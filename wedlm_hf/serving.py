@@ -12,9 +12,9 @@ from transformers import GenerationConfig, PreTrainedModel
 from transformers.cli.serving import model_manager
 
 import wedlm_hf
-from wedlm_hf.generation.options import OPTIONS
+from wedlm_hf.generation.options import BY_KEYWORD, SERVE, exposed_to
 
-GENERATION_OPTIONS = tuple(option.keyword for option in OPTIONS if option.in_serve)
+GENERATION_OPTIONS = tuple(option.keyword for option in exposed_to(SERVE))
 """Generation config attributes that `serve` may set for every request."""
 
 
@@ -38,6 +38,8 @@ def install(generation_defaults: dict, batching: dict | None = None) -> None:
     unknown = set(generation_defaults) - set(GENERATION_OPTIONS)
     if unknown:
         raise ValueError(f"serve cannot set {sorted(unknown)}; settable: {', '.join(GENERATION_OPTIONS)}")
+    for name, value in generation_defaults.items():
+        BY_KEYWORD[name].checked(value)
     namespace = model_manager.transformers  # where the server looks architectures up by name
     for cls in (wedlm_hf.WeDLMForCausalLM, wedlm_hf.WeDLMModel, wedlm_hf.WeDLMConfig):
         setattr(namespace, cls.__name__, cls)

@@ -12,10 +12,12 @@ import os
 import sys
 import time
 
+from wedlm_hf.generation.options import CLI, exposed_to
+
 BATCH_OPTIONS = ("input", "output", "batch_size", "max_batch_tokens", "resume", "overwrite", "tp", "no_progress")
 HANDLED = {
-    "command", "run", "batch_parser", "prompt", "model", "max_new_tokens", "ar", "window_size", "threshold",
-    "penalty", "mask_token_id", "lossless", "do_sample", "temperature", "top_p", "dtype", "debug", *BATCH_OPTIONS,
+    "command", "run", "batch_parser", "prompt", "model", "max_new_tokens", "ar", "do_sample", "temperature", "top_p",
+    "dtype", "debug", *(option.keyword for option in exposed_to(CLI)), *BATCH_OPTIONS,
 }
 """The `generate` options batch mode reads; any other option set on the command line is refused, not ignored."""
 
