@@ -99,7 +99,7 @@ def test_rows_ending_on_eos_leave_and_report_stop():
     results = run_staggered(scheduler, requests, [i // 2 for i in range(len(prompts))])
     assert_alone_equal(model, config, requests, results)
     ended_on_eos = [r for r in results.values() if r.tokens[-1] in (EOS_ID, common)]
-    assert ended_on_eos and all(r.finish_reason == "stop" and len(r.tokens) < 30 for r in ended_on_eos)
+    assert ended_on_eos and all(r.finish_reason == "eos" and len(r.tokens) < 30 for r in ended_on_eos)
     assert any(r.finish_reason == "length" for r in results.values())
 
 

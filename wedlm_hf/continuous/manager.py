@@ -12,7 +12,8 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 
-from .requests import ERROR, GenerationRequest, RequestResult, RequestUpdate
+from ..generation.outputs import ERROR
+from .requests import GenerationRequest, RequestResult, RequestUpdate
 from .scheduler import WeDLMScheduler
 
 logger = logging.getLogger(__name__)

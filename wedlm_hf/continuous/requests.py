@@ -5,9 +5,6 @@ from dataclasses import dataclass, field
 
 from ..generation import WeDLMStats
 
-LENGTH, STOP, CANCELLED, ERROR = "length", "stop", "cancelled", "error"
-"""Finish reasons: max_new_tokens reached; EOS or a stop string; cancelled by the client; failed (see `error`)."""
-
 
 @dataclass
 class GenerationRequest:
@@ -26,6 +23,7 @@ class RequestResult:
     tokens: list[int]
     """The generated tokens (EOS included when it ended the output)."""
     finish_reason: str
+    """`EOS`, `STOP` (a stop string), `LENGTH`, `CANCELLED` or `ERROR` (see `error`): generation/outputs.py."""
     stats: WeDLMStats | None = None
     """The request's WeDLM statistics, as a `generate` call of its own would report them."""
     error: str | None = None

@@ -24,12 +24,13 @@ from transformers import StopStringCriteria
 
 from ..generation.decoding import output_record, policy_class, start_decoding
 from ..generation.loop import DecodeLoop
+from ..generation.outputs import CANCELLED, ERROR
 from ..generation.record import OutputRecord
 from ..generation.settings import WeDLMSettings
 from ..generation.processors import split_suppressed
 from ..generation.window import WindowLayout
 from ..generation.validation import check_request, check_settings, position_limit_error
-from .requests import CANCELLED, ERROR, LENGTH, STOP, GenerationRequest, RequestResult, RequestUpdate
+from .requests import GenerationRequest, RequestResult, RequestUpdate
 
 
 @dataclass
@@ -274,9 +275,8 @@ class WeDLMScheduler:
             result = None
             if slot_index in ended:
                 self.slots[slot_index] = None
-                reason = LENGTH if len(slot.tokens) >= slot.request.max_new_tokens else STOP
                 stats = record.row_stats(slot_index, slot.step_offset)
-                result = RequestResult(slot.request.request_id, slot.tokens, reason, stats)
+                result = RequestResult(slot.request.request_id, slot.tokens, stats.finish_reasons[0], stats)
             if new_tokens or result is not None:
                 updates.append(RequestUpdate(slot.request.request_id, new_tokens, result))
         return updates
