@@ -54,9 +54,11 @@ def add_wedlm_arguments(
                 help=f"turn {option.flag} off, also where the model's generation config turns it on",
             )
         else:
+            none = f" ('none': {option.accepts.none_means})" if option.accepts.none_means else ""
             group.add_argument(
                 option.flag, *option.old_flags, dest=option.keyword, metavar=option.setting.upper(),
-                type=value_parser(option), default=argparse.SUPPRESS, help=f"{option.help}; {default_help(option)}",
+                type=value_parser(option), default=argparse.SUPPRESS,
+                help=f"{option.help}{none}; {default_help(option)}",
             )
 
 

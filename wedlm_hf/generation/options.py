@@ -101,18 +101,22 @@ OPTIONS = (
     ),
     WeDLMOption(
         "wedlm_entropy_threshold", 0.4, Accepts("number", minimum=0, none_means="one slot per step"),
-        "fill the slots whose position-adjusted entropy is below this", exposed=(CLI, ROWS, SERVE, DEMO, FINETUNE),
-        old_flags=("--threshold",),
+        "fill the mask slots whose position-adjusted entropy is below it (always at least one)",
+        exposed=(CLI, ROWS, SERVE, DEMO, FINETUNE), old_flags=("--threshold",),
     ),
     WeDLMOption(
-        "wedlm_pos_penalty_factor", 0.02, Accepts("number", minimum=0), "entropy added per slot of distance",
+        "wedlm_pos_penalty_factor", 0.02, Accepts("number", minimum=0),
+        "entropy added per slot of distance from the window start",
         exposed=(CLI, ROWS, SERVE, DEMO, FINETUNE), old_flags=("--penalty",),
     ),
     WeDLMOption(
-        "mask_token_id", None, Accepts("int", minimum=0), "the mask token, for models whose config names none",
-        exposed=(CLI, SERVE),
+        "mask_token_id", None, Accepts("int", minimum=0),
+        "the mask token; else the generation or model config's `mask_token_id`", exposed=(CLI, SERVE),
     ),
-    WeDLMOption("wedlm_blockwise", False, Accepts("bool"), "the block-wise baseline", exposed=(ROWS,)),
+    WeDLMOption(
+        "wedlm_blockwise", False, Accepts("bool"),
+        "the paper's block-wise baseline: a window is committed only once it is all filled", exposed=(ROWS,),
+    ),
     WeDLMOption(
         "wedlm_lossless", False, Accepts("bool"),
         "WeDLM verified against the model's own greedy output (identical to it)",
