@@ -1,4 +1,5 @@
-"""What a continuous-batching client hands in and what it gets back, step by step."""
+"""What a continuous-batching client hands in, the messages that carry it to the decoding thread, and what it
+gets back, step by step."""
 
 import uuid
 from dataclasses import dataclass, field
@@ -15,6 +16,11 @@ class GenerationRequest:
     stop_strings: list[str] | None = None
     """Strings that end the output once it contains one (needs the scheduler's tokenizer)."""
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    @property
+    def reserved_tokens(self) -> int:
+        """The most tokens it can hold in the batch: its prompt and its whole budget."""
+        return len(self.input_ids) + self.max_new_tokens
 
 
 @dataclass
@@ -40,3 +46,25 @@ class RequestUpdate:
     @property
     def finished(self) -> bool:
         return self.result is not None
+
+
+@dataclass(frozen=True)
+class Add:
+    """Message to the decoding thread: queue `request`."""
+
+    request: GenerationRequest
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """Message to the decoding thread: end request `request_id` at the next step boundary."""
+
+    request_id: str
+
+
+@dataclass(frozen=True)
+class Close:
+    """Message to the decoding thread: fail what is queued or running, then stop."""
+
+
+Message = Add | Cancel | Close
