@@ -148,7 +148,7 @@ class WeDLMScheduler:
         """Drop cancelled requests, admit what the policy starts (their prefill, then they join), run one forward
         of the running batch, report."""
         updates = self._drop_cancelled()
-        ended = self._admit(updates)
+        ended = self._start(self._admitted(), updates)
         if self.running_rows:
             try:
                 self.loop.advance()
@@ -179,11 +179,15 @@ class WeDLMScheduler:
             self.running_rows = [self.running_rows[i] for i in going]
         return updates
 
-    def _admit(self, updates: list[RequestUpdate]) -> list[int]:
-        """Start what the admission policy admits, in free rows; returns the rows of those that ended already."""
+    def _admitted(self) -> list[tuple[GenerationRequest, int]]:
+        """The requests the admission policy starts now, each with the free output row it will hold."""
         free = [i for i, held in enumerate(self.rows) if held is None]
         running = [held.request for held in self.rows if held]
-        group = list(zip(self.admission.admit(self.queue, len(free), running), free))
+        return list(zip(self.admission.admit(self.queue, len(free), running), free))
+
+    def _start(self, group: list[tuple[GenerationRequest, int]], updates: list[RequestUpdate]) -> list[int]:
+        """Prefill `group` and join it to the running batch (a request whose prefill fails fails alone); returns
+        the rows of the requests that ended already."""
         if not group:
             return []
         if len(group) > 1:
