@@ -238,7 +238,8 @@ def test_prebuilt_masks_match_reference_and_the_window_attention_is_chosen_once(
     output = wedlm_generate(model, input_ids, attention_mask, wedlm_entropy_threshold=1.0)
     chosen = attention.WINDOW_SDPA if attn == "sdpa" else attn
     assert set(window_calls) <= {chosen} and model.config._attn_implementation == chosen
-    assert len(window_calls) == (model.config.num_hidden_layers * output.wedlm_stats.model_calls if attn == "sdpa" else 0)
+    forwards = model.config.num_hidden_layers * output.wedlm_stats.model_calls
+    assert len(window_calls) == (forwards if attn == "sdpa" else 0)
     for row in range(2):
         prompt = input_ids[row][attention_mask[row].bool()].tolist()
         expected, _ = reference_decode(model, prompt, MAX_NEW, MASK_ID, [EOS_ID], 16, 1.0, 0.02)

@@ -36,8 +36,8 @@ def batch_generate(
 
     A row is a prompt string or a dict `{"id"?, "prompt" | "messages", <override>...}` (overrides: see
     `wedlm_hf.batch.rows.OVERRIDES`); `generate_kwargs` apply to every row a row does not override. A result is
-    `{"id", "continuation", "finish_reason": "eos" | "stop" | "length", "stats"}`. Under `accelerate launch` the rows are
-    split across the processes and every process gets all the results.
+    `{"id", "continuation", "finish_reason": "eos" | "stop" | "length", "stats"}`. Under `accelerate launch` the
+    rows are split across the processes and every process gets all the results.
     """
     rows = rows_from_items(rows)
     results = [None] * len(rows)

@@ -117,7 +117,7 @@ class WeDLMScheduler:
             )
         if problem is not None:
             raise ValueError(f"The request's {problem}")
-        if self.max_batch_tokens is not None and len(prompt) + budget > self.max_batch_tokens:
+        if self.max_batch_tokens is not None and request.reserved_tokens > self.max_batch_tokens:
             raise ValueError(
                 f"The request's {len(prompt)} prompt tokens plus max_new_tokens={budget} exceed the batch's token "
                 f"budget ({self.max_batch_tokens}); lower max_new_tokens or raise max_batch_tokens."

@@ -28,7 +28,8 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
 WINDOW_SDPA = "wedlm_window_sdpa"
 MASK_IMPLEMENTATIONS = ("sdpa", WINDOW_SDPA, "eager")
-"""Attention implementations that take a prebuilt 4D mask: boolean (sdpa) or additive (eager)."""
+"""Attention implementations that take a prebuilt 4D mask: boolean (SDPA and the window attention) or additive
+(eager)."""
 
 
 def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -79,7 +80,8 @@ def dispatches_through_attention_interface(model: torch.nn.Module) -> bool:
 def choose_window_attention(model: torch.nn.Module) -> None:
     """Run an SDPA model's attention through `WINDOW_SDPA` from now on (transformers' `set_attn_implementation`);
     other implementations, and families that compare the name with "sdpa" themselves, stay as they are."""
-    if getattr(model.config, "_attn_implementation", None) == "sdpa" and dispatches_through_attention_interface(model):
+    sdpa = getattr(model.config, "_attn_implementation", None) == "sdpa"
+    if sdpa and dispatches_through_attention_interface(model):
         model.set_attn_implementation(WINDOW_SDPA)
 
 

@@ -212,7 +212,6 @@ class DecodeLoop:
         self.backend.join_rows(other.backend)
         return step_offset
 
-
     def committed_since(self, reported: dict[int, int]) -> dict[int, list[int]]:
         """The tokens each input row of `reported` committed after its first `reported[row]`, running or ended (a
         caller reporting rows step by step): one host read, and one more per row that gained over a window."""
