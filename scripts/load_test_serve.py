@@ -55,8 +55,8 @@ def serve_ar_continuous_batching(model: str, port: int) -> None:
 
     from wedlm_hf import serving
 
-    serving.install({})  # WeDLM architectures by name; transformers' CB manager decodes AR regardless
-    Serve(force_model=model, host="127.0.0.1", port=port, continuous_batching=True, log_level="error")
+    with serving.ServeHooks({}):  # WeDLM architectures by name; transformers' CB manager decodes AR regardless
+        Serve(force_model=model, host="127.0.0.1", port=port, continuous_batching=True, log_level="error")
 
 
 def wait_healthy(base_url: str, process: subprocess.Popen, timeout: float) -> None:

@@ -1,11 +1,7 @@
-"""`wedlm-hf serve` in a thread of the test process on 127.0.0.1, with the hooks it installs undone afterwards."""
+"""`wedlm-hf serve` in a thread of the test process on 127.0.0.1; `kill_server()` stops it and removes its hooks."""
 
 import socket
 import time
-
-import pytest
-from transformers.cli.serving import model_manager
-from transformers.cli.serving import utils as serving_utils
 
 import wedlm_hf
 
@@ -16,14 +12,10 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_server(patch: pytest.MonkeyPatch, **serve_options):
-    """The running server (`kill_server()` stops it) and its port; `patch.undo()` then removes serve's hooks."""
+def start_server(**serve_options):
+    """The running server (`kill_server()` stops it and uninstalls its hooks) and its port."""
     from wedlm_hf import serving
 
-    patch.setattr(model_manager, "ModelManager", model_manager.ModelManager)
-    patch.setattr(serving_utils, "GenerationState", serving_utils.GenerationState)
-    for name in ("WeDLMForCausalLM", "WeDLMModel", "WeDLMConfig"):
-        patch.setattr(model_manager.transformers, name, None, raising=False)
     port = free_port()
     running = serving.serve(
         wedlm_hf.DEFAULT_MODEL, host="127.0.0.1", port=port, generation_defaults={}, non_blocking=True,

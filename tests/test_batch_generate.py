@@ -91,7 +91,7 @@ def test_api_autoregressive_equals_per_row_greedy(model_and_tokenizer):
         tokens = output[0, inputs["input_ids"].shape[1] :].tolist()
         assert result["continuation"] == tokenizer.decode(tokens, skip_special_tokens=True)
         assert result["stats"]["tokens"] == len(tokens)
-        assert result["finish_reason"] == ("stop" if tokens[-1] == tokenizer.eos_token_id else "length")
+        assert result["finish_reason"] == ("eos" if tokens[-1] == tokenizer.eos_token_id else "length")
     with pytest.raises(ValueError, match="row 1: wedlm_lossless need WeDLM decoding"):
         wedlm_hf.batch_generate(model, tokenizer, [prompts[0], ROWS[2]], decoding="ar", max_new_tokens=NEW_TOKENS)
 
@@ -99,7 +99,7 @@ def test_api_autoregressive_equals_per_row_greedy(model_and_tokenizer):
 def test_api_token_budget_and_strings(model_and_tokenizer, per_row):
     model, tokenizer = model_and_tokenizer
     prompts = [ROWS[0]["prompt"], ROWS[6]["prompt"]]
-    results = wedlm_hf.batch_generate(model, tokenizer, prompts, max_batch_tokens=20, max_new_tokens=NEW_TOKENS)
+    results = wedlm_hf.batch_generate(model, tokenizer, prompts, max_padded_tokens=20, max_new_tokens=NEW_TOKENS)
     assert [r["id"] for r in results] == [0, 1]
     assert [r["continuation"] for r in results] == [per_row[0][0], per_row[6][0]]
 

@@ -160,10 +160,11 @@ USER_ERRORS = [
 
 
 @pytest.mark.parametrize("argv,message", USER_ERRORS, ids=lambda v: " ".join(v) if isinstance(v, list) else None)
-def test_user_error_is_one_line_without_traceback(argv, message, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(model_manager, "ModelManager", model_manager.ModelManager)  # undo what `serve` installs
+def test_user_error_is_one_line_without_traceback(argv, message, tmp_path, capsys):
     (tmp_path / "file").write_text("")
+    original = model_manager.ModelManager
     code, out, err = run_cli(capsys, *(word.format(tmp=tmp_path) for word in argv))
+    assert model_manager.ModelManager is original  # a `serve` that failed leaves transformers as it found it
     assert code == 1
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert err.startswith(f"wedlm-hf {argv[0]}: error: ") and message in err

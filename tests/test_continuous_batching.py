@@ -79,7 +79,7 @@ def test_staggered_requests_decode_as_alone(family, wedlm):
     scheduler = WeDLMScheduler(model, config, max_batch_size=3)
     requests = [GenerationRequest(p, b, request_id=str(i)) for i, (p, b) in enumerate(zip(PROMPTS, BUDGETS))]
     sizes = []
-    results = run_staggered(scheduler, requests, ARRIVALS, lambda s: sizes.append(len(s.running_slots)))
+    results = run_staggered(scheduler, requests, ARRIVALS, lambda s: sizes.append(len(s.running_rows)))
     assert max(sizes) == 3 and len(results) == len(requests)  # batches really formed, and capped
     assert_alone_equal(model, config, requests, results)
     if wedlm.get("wedlm_lossless"):  # lossless: also exactly greedy AR
@@ -88,7 +88,34 @@ def test_staggered_requests_decode_as_alone(family, wedlm):
             assert results[request.request_id].tokens == greedy[0, len(request.input_ids) :].tolist()
 
 
-def test_rows_ending_on_eos_leave_and_report_stop():
+class ShortestFirst:
+    """An admission policy other than the default: the queued request that reserves the fewest tokens first."""
+
+    def __init__(self):
+        self.admitted = []
+
+    def admit(self, queue, free_rows, running):
+        chosen = sorted(queue, key=lambda request: request.reserved_tokens)[:free_rows]
+        for request in chosen:
+            queue.remove(request)
+        self.admitted += [request.request_id for request in chosen]
+        return chosen
+
+
+def test_admission_is_a_replaceable_policy():
+    model = wedlm_hf.enable(tiny_model("wedlm"))
+    config = server_config(model)
+    policy = ShortestFirst()
+    scheduler = WeDLMScheduler(model, config, max_batch_size=2, admission=policy)
+    requests = [GenerationRequest(p, b, request_id=str(i)) for i, (p, b) in enumerate(zip(PROMPTS, BUDGETS))]
+    results = run_staggered(scheduler, requests, [0] * len(requests))
+    first = sorted(requests, key=lambda request: request.reserved_tokens)[:2]
+    assert policy.admitted[:2] == [request.request_id for request in first]
+    assert sorted(policy.admitted) == sorted(results) == sorted(request.request_id for request in requests)
+    assert_alone_equal(model, config, requests, results)
+
+
+def test_rows_ending_on_eos_leave_and_report_eos():
     model = wedlm_hf.enable(tiny_model("wedlm"))
     config = server_config(model)
     common = lone_generate(model, PROMPTS[0], 8, config)[0][3]  # a token random outputs meet: EOS for this test
@@ -99,7 +126,7 @@ def test_rows_ending_on_eos_leave_and_report_stop():
     results = run_staggered(scheduler, requests, [i // 2 for i in range(len(prompts))])
     assert_alone_equal(model, config, requests, results)
     ended_on_eos = [r for r in results.values() if r.tokens[-1] in (EOS_ID, common)]
-    assert ended_on_eos and all(r.finish_reason == "stop" and len(r.tokens) < 30 for r in ended_on_eos)
+    assert ended_on_eos and all(r.finish_reason == "eos" and len(r.tokens) < 30 for r in ended_on_eos)
     assert any(r.finish_reason == "length" for r in results.values())
 
 
@@ -110,7 +137,7 @@ def test_token_budget_and_queue_bound_the_batch():
     requests = [GenerationRequest(p, b, request_id=str(i)) for i, (p, b) in enumerate(zip(PROMPTS, BUDGETS))]
 
     def within_budget(s):
-        held = [s.slots[slot].request for slot in s.running_slots]
+        held = [s.rows[row].request for row in s.running_rows]
         assert sum(len(r.input_ids) + r.max_new_tokens for r in held) <= 40
 
     results = run_staggered(scheduler, requests, [0] * len(requests), within_budget)
@@ -136,7 +163,7 @@ def test_cancelled_request_leaves_and_the_others_finish_unchanged():
             if update.finished:
                 results[update.request_id] = update.result
         if step == 2:
-            assert len(scheduler.running_slots) == 3  # its row left at the step boundary
+            assert len(scheduler.running_rows) == 3  # its row left at the step boundary
         if not scheduler.has_work():
             break
     assert results["1"].finish_reason == "cancelled" and 0 < len(results["1"].tokens) < 24

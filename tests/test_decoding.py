@@ -219,10 +219,10 @@ def test_streamer_put_count_equals_generated_tokens():
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
-def test_prebuilt_masks_match_reference_and_leave_the_model_as_it_was(attn, monkeypatch):
+def test_prebuilt_masks_match_reference_and_the_window_attention_is_chosen_once(attn, monkeypatch):
     """Window forwards get a prebuilt 4D mask (additive for eager, boolean for SDPA, where the registered window
-    attention keeps grouped K/V grouped); tokens equal the cache-free reference, and the model's attention
-    implementation is its own again after every forward."""
+    attention keeps grouped K/V grouped); tokens equal the cache-free reference. An SDPA model's attention becomes
+    the window attention at `enable`, and no forward switches it."""
     from wedlm_hf.generation import attention
 
     model = tiny_model("qwen3", seed=5, peak=40, attn=attn)
@@ -236,9 +236,11 @@ def test_prebuilt_masks_match_reference_and_leave_the_model_as_it_was(attn, monk
     monkeypatch.setitem(transformers.AttentionInterface._global_mapping, attention.WINDOW_SDPA, counting)
     input_ids, attention_mask = random_prompts([4, 9], seed=5)
     output = wedlm_generate(model, input_ids, attention_mask, wedlm_entropy_threshold=1.0)
+    chosen = attention.WINDOW_SDPA if attn == "sdpa" else attn
+    assert set(window_calls) <= {chosen} and model.config._attn_implementation == chosen
+    forwards = model.config.num_hidden_layers * output.wedlm_stats.model_calls
+    assert len(window_calls) == (forwards if attn == "sdpa" else 0)
     for row in range(2):
         prompt = input_ids[row][attention_mask[row].bool()].tolist()
         expected, _ = reference_decode(model, prompt, MAX_NEW, MASK_ID, [EOS_ID], 16, 1.0, 0.02)
         assert continuation(output, row, input_ids.shape[1]) == expected
-    assert model.config._attn_implementation == attn
-    assert len(window_calls) == (model.config.num_hidden_layers * output.wedlm_stats.model_calls if attn == "sdpa" else 0)

@@ -149,7 +149,7 @@ def test_page_says_what_wedlm_is_and_starts_from_the_checkpoint_defaults(page):
     for name, value in values.items():
         shown = page.locator(f"#slider-{name.replace('_', '-')} input[type=number]").input_value()
         assert float(shown) == pytest.approx(value), name
-    assert values["entropy_threshold"] == 1.0 and values["pos_penalty"] == 0.05  # not the library's 0.4 / 0.02
+    assert values["entropy_threshold"] == 1.0 and values["pos_penalty_factor"] == 0.05  # not the library's 0.4 / 0.02
     assert _text(page, "#defaults") == note
 
 
@@ -161,7 +161,7 @@ def test_choosing_another_model_resets_the_sliders_to_its_defaults(page, tmp_pat
     sync_api.expect(page.locator("#defaults")).to_contain_text("library defaults", timeout=20_000)
     threshold = page.locator("#slider-entropy-threshold input[type=number]")
     sync_api.expect(threshold).to_have_value("0.4")
-    assert page.locator("#slider-pos-penalty input[type=number]").input_value() == "0.02"
+    assert page.locator("#slider-pos-penalty-factor input[type=number]").input_value() == "0.02"
 
 
 def test_counting_prompt_decodes_in_parallel_identically_to_ar(page, tmp_path):

@@ -91,7 +91,7 @@ def test_whole_floats_are_accepted_for_integer_sliders():
         ("window_size", True, "must be a number"),
         ("entropy_threshold", -0.1, "between 0 and 3"),
         ("entropy_threshold", float("nan"), "must be a number"),
-        ("pos_penalty", None, "must be a number"),
+        ("pos_penalty_factor", None, "must be a number"),
         ("temperature", "hot", "must be a number"),
         ("max_new_tokens", 10_000, "between 1 and 256"),
     ],
@@ -229,12 +229,12 @@ def test_sliders_start_from_the_checkpoint_generation_config():
     assert values == {
         "window_size": embedded.wedlm_window_size,
         "entropy_threshold": embedded.wedlm_entropy_threshold,
-        "pos_penalty": embedded.wedlm_pos_penalty_factor,
+        "pos_penalty_factor": embedded.wedlm_pos_penalty_factor,
     }
     assert values["entropy_threshold"] != DEFAULT_ENTROPY_THRESHOLD  # the embedded checkpoint tunes its own
     assert "from the checkpoint's generation config." in note and "τ 1," in note and "λ 0.05" in note
     library = {"window_size": DEFAULT_WINDOW_SIZE, "entropy_threshold": DEFAULT_ENTROPY_THRESHOLD,
-               "pos_penalty": DEFAULT_POS_PENALTY_FACTOR}
+               "pos_penalty_factor": DEFAULT_POS_PENALTY_FACTOR}
     for missing in (None, GenerationConfig(do_sample=False)):
         values, note = checkpoint_defaults(missing)
         assert values == library and "library defaults" in note

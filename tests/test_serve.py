@@ -2,6 +2,7 @@
 
 import pytest
 from transformers.cli.serving import model_manager
+from transformers.cli.serving import utils as serving_utils
 
 import json
 
@@ -13,6 +14,8 @@ openai = pytest.importorskip("openai", reason="the serve extra is not installed:
 serving = pytest.importorskip("wedlm_hf.serving")
 
 PROMPT = "1, 2, 3, 4,"
+HOOKED = [(transformers, "WeDLMForCausalLM"), (model_manager, "ModelManager"), (serving_utils, "GenerationState")]
+"""What `serve` replaces while it runs."""
 MAX_TOKENS = 16
 SERVED = "wedlm-tiny-code"
 """The name the server is started with (as `wedlm-hf serve wedlm-tiny-code` does): the id clients send."""
@@ -21,8 +24,7 @@ SERVED = "wedlm-tiny-code"
 @pytest.fixture(scope="module")
 def server():
     """The server in a thread of this process (so the test can count the model's forwards), stopped at the end."""
-    patch = pytest.MonkeyPatch()
-    running, port = start_server(patch, name=SERVED)
+    running, port = start_server(name=SERVED)
     (timed_model,) = running._model_manager.loaded_models.values()
     forwards = []
     hook = timed_model.model.register_forward_hook(lambda module, args, output: forwards.append(1))
@@ -30,7 +32,6 @@ def server():
     yield client, timed_model.model, forwards
     hook.remove()
     running.kill_server()
-    patch.undo()
 
 
 def count_forwards(forwards: list, request):
@@ -116,16 +117,31 @@ def test_serve_command_sets_the_generation_config_of_every_request(monkeypatch):
     }
 
 
-def test_model_manager_applies_the_defaults(monkeypatch):
-    monkeypatch.setattr(model_manager, "ModelManager", model_manager.ModelManager)  # undo what install() sets
-    monkeypatch.setattr(serving.WeDLMModelManager, "generation_defaults", {})
-    for name in ("WeDLMForCausalLM", "WeDLMModel", "WeDLMConfig"):
-        monkeypatch.setattr(model_manager.transformers, name, None, raising=False)
-    serving.install({"wedlm_lossless": True, "wedlm_window_size": 4})
-    manager = serving.WeDLMModelManager(device="cpu", force_model=wedlm_hf.DEFAULT_MODEL)
+def test_model_manager_applies_the_defaults_of_its_own_server():
+    """The hooks give the server a manager bound to its defaults, and leave transformers as they found it."""
+    original, found = model_manager.ModelManager, transformers.__dict__.get("WeDLMForCausalLM")
+    with serving.ServeHooks({"wedlm_lossless": True, "wedlm_window_size": 4}):
+        assert transformers.WeDLMForCausalLM is wedlm_hf.WeDLMForCausalLM  # where the server looks it up
+        manager = model_manager.ModelManager(device="cpu", force_model=wedlm_hf.DEFAULT_MODEL)  # as `Serve` builds it
+        other = serving.WeDLMModelManager(device="cpu", generation_defaults={"wedlm_window_size": 8})
+    assert model_manager.ModelManager is original and transformers.__dict__.get("WeDLMForCausalLM") is found
     (timed_model,) = manager.loaded_models.values()
     config = timed_model.model.generation_config
     assert (config.decoding, config.wedlm_lossless, config.wedlm_window_size) == ("wedlm", True, 4)
+    assert manager.generation_defaults != other.generation_defaults  # settings per server, not per class
     manager.shutdown()
+    other.shutdown()
     with pytest.raises(ValueError, match="serve cannot set"):
-        serving.install({"num_beams": 4})
+        serving.ServeHooks({"num_beams": 4})
+    with pytest.raises(ValueError, match="wedlm_window_size"):
+        serving.ServeHooks({"wedlm_window_size": 0})
+
+
+def test_hooks_last_as_long_as_the_server():
+    found = {name: owner.__dict__.get(name) for owner, name in HOOKED}
+    running, _ = start_server(batching={"max_batch_size": 2})
+    assert isinstance(running._model_manager, serving.WeDLMModelManager)
+    assert running._generation_state.batching == {"max_batch_size": 2}
+    assert transformers.WeDLMForCausalLM is wedlm_hf.WeDLMForCausalLM  # a reload after an idle timeout finds it
+    running.kill_server()
+    assert {name: owner.__dict__.get(name) for owner, name in HOOKED} == found

@@ -24,8 +24,7 @@ POISON = "zzzz"
 
 @pytest.fixture(scope="module")
 def server():
-    patch = pytest.MonkeyPatch()
-    running, port = start_server(patch, batching={"max_batch_size": 4})
+    running, port = start_server(batching={"max_batch_size": 4})
     (timed_model,) = running._model_manager.loaded_models.values()
     tokenizer = transformers.AutoTokenizer.from_pretrained(MODEL)
     poison_ids = tokenizer(POISON)["input_ids"]
@@ -42,7 +41,6 @@ def server():
     yield SimpleServer(client, base_url, timed_model.model, tokenizer, running)
     hook.remove()
     running.kill_server()
-    patch.undo()
 
 
 class SimpleServer:
@@ -52,7 +50,7 @@ class SimpleServer:
 
     def running_rows(self) -> int:
         manager = self.running._generation_state._cb_manager
-        return len(manager.batcher.scheduler.running_slots) if manager and manager.batcher else 0
+        return len(manager.batcher.scheduler.running_rows) if manager and manager.batcher else 0
 
     def lone(self, prompt: str, max_tokens: int) -> str:
         inputs = self.tokenizer(prompt, return_tensors="pt")

@@ -3,7 +3,7 @@
 import pytest
 import torch
 from tiny_models import MASK_ID, VOCAB, random_prompts, tiny_model
-from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel
+from transformers import GenerationConfig, GenerationMixin, GPT2Config, GPT2LMHeadModel
 
 import wedlm_hf
 from wedlm_hf.generation.settings import WeDLMSettings
@@ -80,8 +80,8 @@ def test_lossless_drafts_every_mask_unless_a_threshold_is_passed():
         return WeDLMSettings.resolve(config, model_config, VOCAB, **kwargs).entropy_threshold
 
     assert resolve() == 1.0
-    assert resolve(lossless=True) == float("inf")
-    assert resolve(lossless=True, entropy_threshold=0.5) == 0.5
+    assert resolve(wedlm_lossless=True) == float("inf")
+    assert resolve(wedlm_lossless=True, wedlm_entropy_threshold=0.5) == 0.5
 
 
 @pytest.fixture(scope="module")
@@ -133,10 +133,16 @@ def test_decoding_is_case_insensitive(model):
     assert torch.equal(model.generate(decoding="AR", **options), model.generate(decoding="ar", **options))
 
 
-def test_plain_model_given_decoding_points_at_enable():
+def test_plain_model_given_decoding_is_refused_and_import_changes_no_transformers_class():
+    """`import wedlm_hf` leaves transformers' classes alone, so a model never enabled refuses `decoding` with
+    transformers' own error (the README points at `wedlm_hf.enable`); an enabled one decodes."""
+    assert "wedlm" not in GenerationMixin._validate_model_kwargs.__module__
     model = tiny_model("llama")  # loaded, never enabled
     input_ids, attention_mask = random_prompts([4])
-    with pytest.raises(ValueError, match=r"wedlm_hf\.enable\(model\)"):
+    with pytest.raises(ValueError, match=r"not used by the model: \['decoding'\]"):
         model.generate(input_ids=input_ids, attention_mask=attention_mask, decoding="wedlm", max_new_tokens=4)
-    with pytest.raises(ValueError, match="not used by the model"):  # other unknown keywords keep transformers' error
-        model.generate(input_ids=input_ids, attention_mask=attention_mask, decodingx="wedlm", max_new_tokens=4)
+    output = wedlm_hf.enable(model).generate(
+        input_ids=input_ids, attention_mask=attention_mask, decoding="wedlm", max_new_tokens=4, wedlm_lossless=True,
+        mask_token_id=MASK_ID,
+    )
+    assert output.shape == (1, 8)

@@ -17,13 +17,11 @@ from .generation import (
     wedlm_decode,
 )
 from .enabling import enable
-from . import decoding_hint
 from .modeling import WeDLMConfig, WeDLMForCausalLM, WeDLMModel
 
 AutoConfig.register("wedlm", WeDLMConfig, exist_ok=True)
 AutoModel.register(WeDLMConfig, WeDLMModel, exist_ok=True)
 AutoModelForCausalLM.register(WeDLMConfig, WeDLMForCausalLM, exist_ok=True)
-decoding_hint.install()
 
 __version__ = "0.1.0"
 

@@ -1,30 +1,41 @@
 """`transformers serve` (the OpenAI-compatible server of transformers) with WeDLM decoding.
 
 The server loads a model by looking its architecture up by name in the `transformers` namespace, so it finds
-neither `WeDLMForCausalLM` nor `auto_map`, and it never passes `decoding`. Two hooks fix both and leave the server
-itself untouched: the WeDLM classes are made visible under their names, and a `ModelManager` subclass enables each
-loaded model and makes WeDLM the default of its generation config, which every request's config is copied from.
-With continuous batching, a `GenerationState` subclass hands requests to WeDLM's own batching manager
-(`wedlm_hf.continuous.serve_manager`) instead of transformers' paged-attention one.
+neither `WeDLMForCausalLM` nor `auto_map`, and it never passes `decoding`. `ServeHooks` fixes both for one server's
+lifetime and leaves the server itself untouched: the WeDLM classes are made visible under their names, and the
+server builds a `ModelManager` subclass that enables each loaded model and makes WeDLM the default of its
+generation config, which every request's config is copied from. With continuous batching, it builds a
+`GenerationState` subclass that hands requests to WeDLM's own batching manager
+(`wedlm_hf.continuous.serve_manager`) instead of transformers' paged-attention one. Each server's settings live in
+its own manager and state; `WeDLMServe` installs the hooks when it starts and removes them when it stops.
 """
 
+import functools
+
 from transformers import GenerationConfig, PreTrainedModel
+from transformers.cli.serve import Serve
 from transformers.cli.serving import model_manager
+from transformers.cli.serving import utils as serving_utils
 from transformers.cli.serving.utils import split_revision
 
 import wedlm_hf
-from wedlm_hf.generation.options import OPTIONS
+from wedlm_hf.generation.options import BY_KEYWORD, SERVE, exposed_to
 
-GENERATION_OPTIONS = tuple(option.keyword for option in OPTIONS if option.in_serve)
+GENERATION_OPTIONS = tuple(option.keyword for option in exposed_to(SERVE))
 """Generation config attributes that `serve` may set for every request."""
+WEDLM_CLASSES = (wedlm_hf.WeDLMForCausalLM, wedlm_hf.WeDLMModel, wedlm_hf.WeDLMConfig)
+_MISSING = object()
 
 
 class WeDLMModelManager(model_manager.ModelManager):
-    """Loads models as transformers serve does, then gives them `decoding="wedlm"` by default."""
+    """Loads models as transformers serve does, then gives them `decoding="wedlm"` and this server's defaults."""
 
-    generation_defaults: dict = {}
-    served_names: dict = {}
-    """Model name a client sends (the one the user gave `serve`, e.g. `wedlm-tiny-code`) -> the folder loaded."""
+    def __init__(self, *args, generation_defaults: dict, served_names: dict, **kwargs):
+        # before `super().__init__`, which may load the model
+        self.generation_defaults = dict(generation_defaults)
+        self.served_names = dict(served_names)
+        """Model name a client sends (the one the user gave `serve`, e.g. `wedlm-tiny-code`) -> the folder loaded."""
+        super().__init__(*args, **kwargs)
 
     def _folder(self, model_id_and_revision: str, gguf_file: str | None) -> tuple[str, str | None]:
         model_id, _ = split_revision(model_id_and_revision)
@@ -44,26 +55,75 @@ class WeDLMModelManager(model_manager.ModelManager):
         return model
 
 
-def install(generation_defaults: dict, batching: dict | None = None, served_names: dict | None = None) -> None:
-    """Make `transformers serve` load WeDLM models with WeDLM decoding, with these generation config overrides;
-    with `batching` (`WeDLMCBGenerateManager` options), continuous-batching requests go to WeDLM's scheduler;
-    `served_names` maps the names clients send to the folders loaded."""
-    unknown = set(generation_defaults) - set(GENERATION_OPTIONS)
-    if unknown:
-        raise ValueError(f"serve cannot set {sorted(unknown)}; settable: {', '.join(GENERATION_OPTIONS)}")
-    namespace = model_manager.transformers  # where the server looks architectures up by name
-    for cls in (wedlm_hf.WeDLMForCausalLM, wedlm_hf.WeDLMModel, wedlm_hf.WeDLMConfig):
-        setattr(namespace, cls.__name__, cls)
-    WeDLMModelManager.generation_defaults = dict(generation_defaults)
-    WeDLMModelManager.served_names = dict(served_names or {})
-    model_manager.ModelManager = WeDLMModelManager
-    if batching is not None:
-        from transformers.cli.serving import utils as serving_utils
+class ServeHooks:
+    """What `transformers serve` looks up by name, pointed at WeDLM's classes between `install()` and
+    `uninstall()` (or inside `with`): the model classes in the `transformers` namespace, and the `ModelManager` and
+    (with `batching`, `WeDLMCBGenerateManager` options) `GenerationState` the server builds, bound to these
+    settings; `served_names` maps the names clients send to the folders loaded. `uninstall` restores exactly what
+    `install` found."""
 
-        from .continuous.serve_manager import WeDLMGenerationState
+    def __init__(self, generation_defaults: dict, batching: dict | None = None, served_names: dict | None = None):
+        unknown = set(generation_defaults) - set(GENERATION_OPTIONS)
+        if unknown:
+            raise ValueError(f"serve cannot set {sorted(unknown)}; settable: {', '.join(GENERATION_OPTIONS)}")
+        for name, value in generation_defaults.items():
+            BY_KEYWORD[name].checked(value)
+        namespace = model_manager.transformers  # where the server looks architectures up by name
+        self.replacements = [(namespace, cls.__name__, cls) for cls in WEDLM_CLASSES]
+        manager = functools.partial(
+            WeDLMModelManager, generation_defaults=generation_defaults, served_names=served_names or {}
+        )
+        self.replacements.append((model_manager, "ModelManager", manager))
+        if batching is not None:  # where `Serve` looks it up when it starts
+            from .continuous.serve_manager import WeDLMGenerationState
 
-        WeDLMGenerationState.batching = dict(batching)
-        serving_utils.GenerationState = WeDLMGenerationState  # where `Serve` looks it up when it starts
+            state = functools.partial(WeDLMGenerationState, batching=batching)
+            self.replacements.append((serving_utils, "GenerationState", state))
+        self.saved: list[tuple[object, str, object]] = []
+
+    def install(self) -> None:
+        if self.saved:
+            raise RuntimeError("these serve hooks are already installed")
+        for owner, name, value in self.replacements:
+            self.saved.append((owner, name, owner.__dict__.get(name, _MISSING)))
+            setattr(owner, name, value)
+
+    def uninstall(self) -> None:
+        while self.saved:
+            owner, name, value = self.saved.pop()
+            if value is _MISSING:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, value)
+
+    def __enter__(self) -> "ServeHooks":
+        self.install()
+        return self
+
+    def __exit__(self, *exception) -> None:
+        self.uninstall()
+
+
+class WeDLMServe(Serve):
+    """transformers' `Serve` with `ServeHooks` installed for its lifetime: until it returns (blocking), or until
+    `kill_server()` (`non_blocking=True`)."""
+
+    def __init__(self, hooks: ServeHooks, **server_options):
+        self.hooks = hooks
+        hooks.install()
+        try:
+            super().__init__(**server_options)
+        except BaseException:
+            hooks.uninstall()
+            raise
+        if not server_options.get("non_blocking"):
+            hooks.uninstall()
+
+    def kill_server(self) -> None:
+        try:
+            super().kill_server()
+        finally:
+            self.hooks.uninstall()
 
 
 def serve(
@@ -75,18 +135,17 @@ def serve(
     batching: dict | None = None,
     name: str | None = None,
     **server_options,
-):
+) -> WeDLMServe:
     """Run `transformers serve` pinned to `model`: until interrupted, or in a thread with `non_blocking=True`
     (then stop it with the returned server's `kill_server()`); with `batching` (max_batch_size, max_batch_tokens),
     requests are continuously batched by WeDLM's scheduler. `name` (default: `model`) is the model id clients
     send and `/v1/models` lists."""
-    from transformers.cli.serve import Serve
     from transformers.utils.import_utils import is_serve_available
 
     if not is_serve_available():
         raise ImportError("`wedlm-hf serve` needs transformers' serving dependencies: pip install 'wedlm-hf[serve]'")
     name = name or model
-    install(generation_defaults, batching, served_names={name: model} if name != model else None)
-    return Serve(
-        force_model=name, host=host, port=port, continuous_batching=batching is not None, **server_options
+    hooks = ServeHooks(generation_defaults, batching, served_names={name: model} if name != model else None)
+    return WeDLMServe(
+        hooks, force_model=name, host=host, port=port, continuous_batching=batching is not None, **server_options
     )

@@ -10,6 +10,7 @@ import copy
 from transformers import PreTrainedModel
 
 from ..generation import WeDLMSettings
+from ..generation.options import BY_KEYWORD
 from ..generation.validation import position_limit_error
 from .plan import group_key
 from .rows import PromptRow, RowError
@@ -33,17 +34,14 @@ def check_generation_settings(
 
 def _check_group(model: PreTrainedModel, row: PromptRow, kwargs: dict) -> int:
     config = copy.deepcopy(model.generation_config)
-    wedlm = {key: kwargs[key] for key in kwargs if key.startswith("wedlm_") or key == "mask_token_id"}
+    wedlm = {key: value for key, value in kwargs.items() if key in BY_KEYWORD or key.startswith("wedlm_")}
     plain = {key: value for key, value in kwargs.items() if key not in wedlm and key not in ("decoding", "tokenizer")}
     decoding = kwargs.get("decoding", getattr(config, "decoding", None))
     try:
         config.update(**plain)
         config.validate(strict=True)
         if decoding == "wedlm":
-            WeDLMSettings.resolve(
-                config, model.config, model.config.get_text_config().vocab_size,
-                **{key.removeprefix("wedlm_"): value for key, value in wedlm.items()},
-            )
+            WeDLMSettings.resolve(config, model.config, model.config.get_text_config().vocab_size, **wedlm)
         elif wedlm:
             raise ValueError(f"{', '.join(wedlm)} need WeDLM decoding, but this run decodes autoregressively (--ar).")
     except (ValueError, TypeError) as error:  # transformers' message spans lines: keep the ones naming the flag

@@ -28,7 +28,7 @@ def batch_generate(
     rows: Iterable[dict | str],
     *,
     batch_size: int = 8,
-    max_batch_tokens: int | None = None,
+    max_padded_tokens: int | None = None,
     progress: bool = False,
     **generate_kwargs,
 ) -> list[dict]:
@@ -36,13 +36,13 @@ def batch_generate(
 
     A row is a prompt string or a dict `{"id"?, "prompt" | "messages", <override>...}` (overrides: see
     `wedlm_hf.batch.rows.OVERRIDES`); `generate_kwargs` apply to every row a row does not override. A result is
-    `{"id", "continuation", "finish_reason": "stop" | "length", "stats"}`. Under `accelerate launch` the rows are
-    split across the processes and every process gets all the results.
+    `{"id", "continuation", "finish_reason": "eos" | "stop" | "length", "stats"}`. Under `accelerate launch` the
+    rows are split across the processes and every process gets all the results.
     """
     rows = rows_from_items(rows)
     results = [None] * len(rows)
     for finished, _ in generate_in_rounds(
-        model, tokenizer, rows, batch_size=batch_size, max_batch_tokens=max_batch_tokens, progress=progress,
+        model, tokenizer, rows, batch_size=batch_size, max_padded_tokens=max_padded_tokens, progress=progress,
         **generate_kwargs,
     ):
         for index, result in finished:
@@ -56,18 +56,18 @@ def generate_in_rounds(
     rows: list[PromptRow],
     *,
     batch_size: int = 8,
-    max_batch_tokens: int | None = None,
+    max_padded_tokens: int | None = None,
     progress: bool = False,
     **generate_kwargs,
 ) -> Iterator["Round"]:
     """Yield the results round by round (one batch per process per round), on every process."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"`batch_size` must be an integer >= 1, got {batch_size!r}.")
-    if max_batch_tokens is not None and (not isinstance(max_batch_tokens, int) or max_batch_tokens < 1):
-        raise ValueError(f"`max_batch_tokens` must be an integer >= 1 or None, got {max_batch_tokens!r}.")
+    if max_padded_tokens is not None and (not isinstance(max_padded_tokens, int) or max_padded_tokens < 1):
+        raise ValueError(f"`max_padded_tokens` must be an integer >= 1 or None, got {max_padded_tokens!r}.")
     token_ids = [encode(tokenizer, row) for row in rows]
     new_tokens = check_generation_settings(model, rows, token_ids, generate_kwargs)
-    batches = plan_batches(rows, token_ids, batch_size, max_batch_tokens, new_tokens)
+    batches = plan_batches(rows, token_ids, batch_size, max_padded_tokens, new_tokens)
 
     state = process_state()
     split = state.num_processes > 1 and getattr(model, "tp_size", None) is None

@@ -1,12 +1,15 @@
 """One batch through `model.generate`: left-padded prompts in, one result per row out.
 
-A result's `finish_reason` is "stop" when the row ended on EOS or a stop string and "length" when it used all
-its `max_new_tokens`. Row statistics come from the WeDLM stats, which do not depend on the batch a row ran in.
+A result's `finish_reason` is "eos", "stop" (a stop string) or "length" (all its `max_new_tokens`): WeDLM
+records it where the row ended (`WeDLMStats.finish_reasons`); an autoregressive row, whose `generate` records
+none, is read off its tokens. Row statistics come from the WeDLM stats, which do not depend on the batch a row ran
+in.
 """
 
 import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
+from ..generation.outputs import EOS, LENGTH, STOP
 from .plan import Batch
 
 
@@ -35,23 +38,20 @@ def generate_batch(
     new = output.sequences[:, longest:].tolist()
     stats = getattr(output, "wedlm_stats", None)
     max_new_tokens = kwargs.get("max_new_tokens", config.max_new_tokens)
-    stop_strings = kwargs.get("stop_strings") or []
-    stop_strings = [stop_strings] if isinstance(stop_strings, str) else stop_strings
+    stop_strings = bool(kwargs.get("stop_strings"))
     results, total_tokens = [], 0
     for i, row in enumerate(batch.rows):
-        length = stats.generated[i] if stats is not None else _ar_length(new[i], eos_ids, pad_id, bool(stop_strings))
+        length = stats.generated[i] if stats is not None else _ar_length(new[i], eos_ids, pad_id, stop_strings)
         tokens = new[i][:length]
         text = tokenizer.decode(tokens, skip_special_tokens=True)
-        stopped = length < max_new_tokens or (tokens and tokens[-1] in eos_ids) or any(
-            tokenizer.decode(tokens).endswith(s) for s in stop_strings
-        )
+        reason = stats.finish_reasons[i] if stats is not None else _ar_finish_reason(tokens, eos_ids, max_new_tokens)
         row_stats = {"prompt_tokens": len(batch.token_ids[i]), "tokens": length}
         if stats is not None:
             row_stats["forwards"] = stats.forwards[i]
             row_stats["tokens_per_forward"] = round(stats.tokens_per_forward[i], 3)
             if stats.drafted is not None:
                 row_stats["drafted"], row_stats["accepted"] = stats.drafted[i], stats.accepted[i]
-        result = {"id": row.id, "continuation": text, "finish_reason": "stop" if stopped else "length", "stats": row_stats}
+        result = {"id": row.id, "continuation": text, "finish_reason": reason, "stats": row_stats}
         results.append((row.index, result))
         total_tokens += length
     forwards = stats.model_calls if stats is not None else len(new[0])
@@ -72,3 +72,10 @@ def _ar_length(tokens: list[int], eos_ids: list[int], pad_id: int, stop_strings:
         while tokens and tokens[-1] == pad_id:
             tokens = tokens[:-1]
     return len(tokens)
+
+
+def _ar_finish_reason(tokens: list[int], eos_ids: list[int], max_new_tokens: int) -> str:
+    """Why an autoregressive row ended: its EOS, its budget, else a stop string (nothing else ends it early)."""
+    if tokens and tokens[-1] in eos_ids:
+        return EOS
+    return LENGTH if len(tokens) >= max_new_tokens else STOP

@@ -40,11 +40,13 @@ def plan_batches(
     rows: list[PromptRow],
     token_ids: list[list[int]],
     batch_size: int,
-    max_batch_tokens: int | None,
+    max_padded_tokens: int | None,
     new_tokens: dict[str, int],
 ) -> list[Batch]:
-    """Batches of at most `batch_size` rows and, if set, at most `max_batch_tokens` padded tokens (rows x (longest
-    prompt + max_new_tokens)). `new_tokens` maps each override group's key (`group_key`) to its max_new_tokens."""
+    """Batches of at most `batch_size` rows and, if set, at most `max_padded_tokens` padded tokens (rows x (longest
+    prompt + max_new_tokens), the cache a left-padded batch needs; not continuous batching's `max_batch_tokens`, a
+    sum over requests of their own lengths). `new_tokens` maps each override group's key (`group_key`) to its
+    max_new_tokens."""
     groups: dict[str, list[int]] = {}
     for position, row in enumerate(rows):
         groups.setdefault(group_key(row.overrides), []).append(position)
@@ -55,7 +57,8 @@ def plan_batches(
         for position in positions:
             candidate = current + [position]
             cost = len(candidate) * (len(token_ids[position]) + new_tokens[key])  # sorted: this row is the longest
-            if current and (len(candidate) > batch_size or (max_batch_tokens is not None and cost > max_batch_tokens)):
+            too_many = max_padded_tokens is not None and cost > max_padded_tokens
+            if current and (len(candidate) > batch_size or too_many):
                 batches.append(current)
                 candidate = [position]
             current = candidate

@@ -7,21 +7,33 @@ stops the job before it writes (or overwrites) anything, with the line number in
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from numbers import Real
 from pathlib import Path
 
-from ..generation.options import OPTIONS
+from ..generation.options import ROWS, Accepts, exposed_to
 
-OVERRIDES: dict[str, str] = {
-    "max_new_tokens": "an integer > 0",
-    "do_sample": "true or false",
-    "temperature": "a number",
-    "top_k": "an integer",
-    "top_p": "a number",
-    "stop_strings": "a string or a list of strings",
-    **{option.keyword: option.accepts for option in OPTIONS if option.in_rows},
+
+@dataclass(frozen=True)
+class StopStrings:
+    """`stop_strings`' rule, in the shape of the options' `Accepts`: a non-empty string or list of them."""
+
+    def __call__(self, value: object) -> bool:
+        strings = [value] if isinstance(value, str) else value
+        return isinstance(strings, list) and bool(strings) and all(isinstance(s, str) and s for s in strings)
+
+    def describe(self, json: bool = False) -> str:
+        return "a string or a list of strings"
+
+
+OVERRIDES: dict[str, Accepts | StopStrings] = {
+    "max_new_tokens": Accepts("int", minimum=1),
+    "do_sample": Accepts("bool"),
+    "temperature": Accepts("number"),
+    "top_k": Accepts("int"),
+    "top_p": Accepts("number"),
+    "stop_strings": StopStrings(),
+    **{option.keyword: option.accepts for option in exposed_to(ROWS)},
 }
-"""The generation keywords a row may set for itself, with the JSON type each takes."""
+"""The generation keywords a row may set for itself, with what each must be."""
 
 
 class RowError(ValueError):
@@ -42,23 +54,6 @@ class PromptRow:
 
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, Real) and not isinstance(value, bool)
-
-
-_TYPE_CHECKS = {
-    "an integer > 0": lambda v: _is_int(v) and v > 0,
-    "true or false": lambda v: isinstance(v, bool),
-    "a number": _is_number,
-    "an integer": _is_int,
-    "a string or a list of strings": lambda v: (isinstance(v, str) and bool(v))
-    or (isinstance(v, list) and bool(v) and all(isinstance(s, str) and s for s in v)),
-    "an integer >= 1": lambda v: _is_int(v) and v >= 1,
-    "a number >= 0 or null": lambda v: v is None or (_is_number(v) and v >= 0),
-    "a number >= 0": lambda v: _is_number(v) and v >= 0,
-}
 
 
 def parse_row(item: dict | str, index: int, where: str, default_id: str | int) -> PromptRow:
@@ -88,8 +83,8 @@ def parse_row(item: dict | str, index: int, where: str, default_id: str | int) -
                 f"{where}: unknown key {key!r}. A row takes \"id\", \"prompt\" or \"messages\", and these generation "
                 f"overrides: {', '.join(OVERRIDES)}."
             )
-        if not _TYPE_CHECKS[OVERRIDES[key]](value):
-            raise RowError(f"{where}: {key!r} must be {OVERRIDES[key]}, got {value!r}.")
+        if not OVERRIDES[key](value):
+            raise RowError(f"{where}: {key!r} must be {OVERRIDES[key].describe(json=True)}, got {value!r}.")
     return PromptRow(index=index, id=row_id, where=where, prompt=prompt, messages=messages, overrides=item)
 
 

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel
 
+from ..generation.options import BY_KEYWORD
 from ..generation.reference import reference_decode
-from ..generation.settings import UNSET, WeDLMSettings
+from ..generation.settings import WeDLMSettings
 
 PROMPT_LOOKUP_TOKENS = 10
 
@@ -90,8 +91,7 @@ def _reference(
         model.generation_config,
         model.config,
         model.config.get_text_config().vocab_size,
-        entropy_threshold=options.get("wedlm_entropy_threshold", UNSET),
-        blockwise=options.get("wedlm_blockwise", UNSET),
+        **{keyword: value for keyword, value in options.items() if keyword in BY_KEYWORD},
     )
     eos = [] if exact_length else model.generation_config.eos_token_id
     eos = [eos] if isinstance(eos, int) else list(eos or [])

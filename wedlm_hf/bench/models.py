@@ -40,7 +40,6 @@ def random_model(
     model = WeDLMForCausalLM(config)
     with torch.no_grad():
         model.lm_head.weight.mul_(peak)
-    model.config._attn_implementation = "sdpa"
     model.generation_config = GenerationConfig(eos_token_id=RANDOM_EOS_ID, pad_token_id=0, do_sample=False)
     return model.eval()
 

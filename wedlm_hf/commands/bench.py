@@ -19,7 +19,11 @@ QUICK = {"num_prompts": 4, "max_new_tokens": 64, "repeats": 2, "thresholds": "0.
 
 
 def _thresholds(text: str) -> tuple[float | None, ...]:
-    return tuple(None if t.strip().lower() in ("none", "1slot") else float(t) for t in text.split(",") if t.strip())
+    """A comma-separated sweep of `wedlm_entropy_threshold` values ('none' or '1slot': one slot per step)."""
+    from wedlm_hf.generation.options import BY_SETTING
+
+    parse = BY_SETTING["entropy_threshold"].accepts.parse
+    return tuple(None if t.strip().lower() == "1slot" else parse(t) for t in text.split(",") if t.strip())
 
 
 def _ints(text: str) -> tuple[int, ...]:

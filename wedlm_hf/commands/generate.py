@@ -1,7 +1,6 @@
 """Generate a continuation with WeDLM decoding (default: the embedded checkpoint) and print its statistics."""
 
 import argparse
-import json
 import re
 import sys
 import time
@@ -11,25 +10,11 @@ import torch
 
 import wedlm_hf
 from wedlm_hf.commands.generate_batch import add_batch_arguments, run_batch, uses_batch_mode
-from wedlm_hf.generation.options import BY_SETTING, OPTIONS
+from wedlm_hf.commands.options import add_wedlm_arguments, given_flags, wedlm_keywords
 from wedlm_hf.generation.validation import position_limit_error
 from wedlm_hf.loading.names import MODEL_HELP
 
-WEDLM_OPTIONS = {option.cli: option.keyword for option in OPTIONS if option.cli}
-"""Command-line option (argparse dest) -> generate keyword."""
 ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
-
-
-def _checkpoint_default(name: str):
-    config = json.loads((Path(wedlm_hf.DEFAULT_MODEL) / "generation_config.json").read_text())
-    return config.get(name)
-
-
-def default_help(name: str, library_default) -> str:
-    return (
-        f"default: the model's generation config (embedded checkpoint: {_checkpoint_default(name)}), "
-        f"else the library default {library_default}"
-    )
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -45,13 +30,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stream", action="store_true", help="print tokens as they are committed")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--ar", action="store_true", help="transformers' usual autoregressive decoding instead of WeDLM")
-    mode.add_argument(
-        "--lossless", action="store_true", help="WeDLM verified against the model's own greedy output (identical to it)"
-    )
-    mode.add_argument(
-        "--plain", action="store_true", help="plain WeDLM, also where the model's generation config defaults to lossless"
-    )
-    add_wedlm_arguments(parser.add_argument_group("WeDLM parameters"))
+    add_wedlm_arguments(parser.add_argument_group("WeDLM parameters"), mode)
     sampling = parser.add_argument_group("sampling (default: greedy)")
     sampling.add_argument("--do-sample", action="store_true", help="sample each token instead of taking the argmax")
     sampling.add_argument("--temperature", type=float, help="with --do-sample (default: the model's generation config)")
@@ -64,37 +43,6 @@ def register(parser: argparse.ArgumentParser) -> None:
     placement.add_argument("--device", default="auto", help="'auto': cuda if available, else cpu; or e.g. cpu, cuda:1")
     add_batch_arguments(parser)
     parser.set_defaults(run=run)
-
-
-def add_wedlm_arguments(wedlm: argparse._ArgumentGroup) -> None:
-    """The WeDLM options shared by `generate` and `serve` (read back by `wedlm_keywords`)."""
-    for setting, kind, text in (
-        ("window_size", int, "slots decoded in parallel (W); "),
-        ("entropy_threshold", parse_threshold, "entropy threshold, 'none' = one slot per step; "),
-        ("pos_penalty_factor", float, "entropy penalty per slot of distance; "),
-    ):
-        option = BY_SETTING[setting]
-        wedlm.add_argument(
-            "--" + option.cli.replace("_", "-"), type=kind, help=text + default_help(option.keyword, option.default)
-        )
-    wedlm.add_argument("--mask-token-id", type=int, help="for models whose config names none")
-
-
-def wedlm_keywords(args: argparse.Namespace) -> dict:
-    """The `generate` keywords of the WeDLM options given on the command line ('none': one slot per step)."""
-    wedlm = {WEDLM_OPTIONS[name]: getattr(args, name) for name in WEDLM_OPTIONS if getattr(args, name) is not None}
-    if wedlm.get("wedlm_entropy_threshold") == "none":
-        wedlm["wedlm_entropy_threshold"] = None
-    return wedlm
-
-
-def parse_threshold(text: str) -> float | str:
-    if text.strip().lower() == "none":
-        return "none"
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number or 'none', got {text!r}") from None
 
 
 def read_prompt(args: argparse.Namespace) -> str:
@@ -122,16 +70,14 @@ def read_prompt(args: argparse.Namespace) -> str:
 def generation_options(args: argparse.Namespace) -> dict:
     """`generate` keywords for the chosen mode; an option the mode would ignore is an error, not a no-op."""
     options = {"max_new_tokens": args.max_new_tokens, "do_sample": args.do_sample}
-    wedlm = wedlm_keywords(args)
+    wedlm = wedlm_keywords(args)  # an option not given is left to the model's generation config
     if args.ar:
         if wedlm:
-            given = ", ".join("--" + name.replace("_", "-") for name in WEDLM_OPTIONS if getattr(args, name) is not None)
+            given = ", ".join(given_flags(args))
             raise ValueError(f"{given} set WeDLM decoding, which --ar turns off: drop one or the other")
         options["decoding"] = "ar"
     else:
         options.update(decoding="wedlm", **wedlm)
-        if args.lossless or args.plain:  # otherwise the generation config decides
-            options["wedlm_lossless"] = args.lossless
     for name in ("temperature", "top_p"):
         if getattr(args, name) is not None:
             if not args.do_sample:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from ..batch.rows import PromptRow
 
-BATCH_OPTIONS = ("input", "output", "batch_size", "max_batch_tokens", "resume", "overwrite", "tp", "no_progress")
+BATCH_OPTIONS = ("input", "output", "batch_size", "max_padded_tokens", "resume", "overwrite", "tp", "no_progress")
 SINGLE_PROMPT_ONLY = {
     "prompt_file": "--prompt-file gives one prompt; with --input the prompts are the rows",
     "stream": "--stream prints one continuation as it is decoded; with --input the results go to --output",
@@ -39,7 +39,7 @@ def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--input", default=None, help='JSONL file, one {"id"?, "prompt" | "messages", overrides?} a line')
     group.add_argument("--output", default=None, help="JSONL file of results, one line per input row")
     group.add_argument("--batch-size", type=int, default=8, help="rows per generate call (default 8)")
-    group.add_argument("--max-batch-tokens", type=int, default=None,
+    group.add_argument("--max-padded-tokens", type=int, default=None,
                        help="also cap rows x (longest prompt + max_new_tokens) per batch")
     group.add_argument("--resume", action="store_true", help="keep the rows already in --output, generate the rest")
     group.add_argument("--overwrite", action="store_true", help="replace an existing --output")
@@ -66,8 +66,8 @@ def _check_arguments(args: argparse.Namespace) -> None:
         raise ValueError("--resume keeps --output, --overwrite replaces it: choose one.")
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}.")
-    if args.max_batch_tokens is not None and args.max_batch_tokens < 1:
-        raise ValueError(f"--max-batch-tokens must be >= 1, got {args.max_batch_tokens}.")
+    if args.max_padded_tokens is not None and args.max_padded_tokens < 1:
+        raise ValueError(f"--max-padded-tokens must be >= 1, got {args.max_padded_tokens}.")
     if os.path.exists(args.output) and os.path.getsize(args.output) and not (args.resume or args.overwrite):
         raise ValueError(f"--output {args.output} already exists: pass --resume to continue it or --overwrite.")
 
@@ -140,7 +140,7 @@ def run_batch(args: argparse.Namespace, options: dict, device: "torch.device | N
         if args.seed is not None:
             set_seed(args.seed)
         rounds = generate_in_rounds(
-            model, tokenizer, todo, batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens,
+            model, tokenizer, todo, batch_size=args.batch_size, max_padded_tokens=args.max_padded_tokens,
             progress=not args.no_progress, **options,
         )
         replace = args.overwrite  # the old output goes only once the new one has something to say

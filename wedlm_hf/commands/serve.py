@@ -2,8 +2,10 @@
 
 import argparse
 
+from wedlm_hf.generation.options import SERVE
+
 from ..loading.names import DEFAULT_NAME, MODEL_HELP
-from .generate import add_wedlm_arguments, wedlm_keywords
+from .options import add_wedlm_arguments, wedlm_keywords
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -24,10 +26,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="most prompt + max_tokens tokens summed over the batch (default: no bound but the batch size)",
     )
     wedlm = parser.add_argument_group("WeDLM parameters (set on the model's generation config, for every request)")
-    mode = wedlm.add_mutually_exclusive_group()
-    mode.add_argument("--lossless", action="store_true", help="output identical to greedy AR")
-    mode.add_argument("--plain", action="store_true", help="plain WeDLM, also where the model defaults to lossless")
-    add_wedlm_arguments(wedlm)
+    add_wedlm_arguments(wedlm, wedlm.add_mutually_exclusive_group(), also=SERVE)
     parser.set_defaults(run=run)
 
 
@@ -35,9 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from wedlm_hf.loading import pretrained_path
     from wedlm_hf.serving import serve
 
-    defaults = wedlm_keywords(args)
-    if args.lossless or args.plain:  # otherwise the model's generation config decides
-        defaults["wedlm_lossless"] = args.lossless
+    defaults = wedlm_keywords(args)  # an option not given is left to the model's generation config
     print(f"serving on http://{args.host}:{args.port}/v1 (OpenAI API); Ctrl-C stops", flush=True)
     serve(
         pretrained_path(args.model),

@@ -12,7 +12,8 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 
-from .requests import ERROR, GenerationRequest, RequestResult, RequestUpdate
+from ..generation.outputs import ERROR
+from .requests import Add, Cancel, Close, GenerationRequest, Message, RequestResult, RequestUpdate
 from .scheduler import WeDLMScheduler
 
 logger = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ class ContinuousBatcher:
 
     def __init__(self, model, generation_config=None, **scheduler_options):
         self.scheduler = WeDLMScheduler(model, generation_config, **scheduler_options)
-        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self.listeners: dict[str, Listener] = {}
         self.lock = threading.Lock()
         self.fatal_error: str | None = None
@@ -83,11 +84,11 @@ class ContinuousBatcher:
             if request.request_id in self.listeners:
                 raise ValueError(f"A request with id {request.request_id!r} is already queued or running.")
             self.listeners[request.request_id] = on_update or handle.updates.put
-        self.inbox.put(("add", request))
+        self.inbox.put(Add(request))
         return handle
 
     def cancel(self, request_id: str) -> None:
-        self.inbox.put(("cancel", request_id))
+        self.inbox.put(Cancel(request_id))
 
     def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, **options) -> list[RequestResult]:
         """Decode every prompt (batched as they fit) and return the results in order."""
@@ -100,7 +101,7 @@ class ContinuousBatcher:
     def close(self, timeout: float | None = 10) -> None:
         """Fail what is still queued or running, then stop the decoding thread."""
         if self.is_alive():
-            self.inbox.put(("close", None))
+            self.inbox.put(Close())
             self.thread.join(timeout)
 
     def __enter__(self) -> "ContinuousBatcher":
@@ -116,14 +117,14 @@ class ContinuousBatcher:
                 messages = [] if scheduler.has_work() else [self.inbox.get()]
                 while not self.inbox.empty():
                     messages.append(self.inbox.get())
-                for kind, payload in messages:
-                    if kind == "close":
+                for message in messages:
+                    if isinstance(message, Close):
                         self._dispatch(scheduler.fail_all(RuntimeError("the continuous batcher was closed")))
                         return
-                    if kind == "cancel":
-                        scheduler.cancel(payload)
+                    if isinstance(message, Cancel):
+                        scheduler.cancel(message.request_id)
                     else:
-                        self._add(payload)
+                        self._add(message.request)
                 if scheduler.has_work():
                     try:
                         updates = scheduler.step()

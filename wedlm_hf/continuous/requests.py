@@ -1,12 +1,10 @@
-"""What a continuous-batching client hands in and what it gets back, step by step."""
+"""What a continuous-batching client hands in, the messages that carry it to the decoding thread, and what it
+gets back, step by step."""
 
 import uuid
 from dataclasses import dataclass, field
 
 from ..generation import WeDLMStats
-
-LENGTH, STOP, CANCELLED, ERROR = "length", "stop", "cancelled", "error"
-"""Finish reasons: max_new_tokens reached; EOS or a stop string; cancelled by the client; failed (see `error`)."""
 
 
 @dataclass
@@ -19,6 +17,11 @@ class GenerationRequest:
     """Strings that end the output once it contains one (needs the scheduler's tokenizer)."""
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
+    @property
+    def reserved_tokens(self) -> int:
+        """The most tokens it can hold in the batch: its prompt and its whole budget."""
+        return len(self.input_ids) + self.max_new_tokens
+
 
 @dataclass
 class RequestResult:
@@ -26,6 +29,7 @@ class RequestResult:
     tokens: list[int]
     """The generated tokens (EOS included when it ended the output)."""
     finish_reason: str
+    """`EOS`, `STOP` (a stop string), `LENGTH`, `CANCELLED` or `ERROR` (see `error`): generation/outputs.py."""
     stats: WeDLMStats | None = None
     """The request's WeDLM statistics, as a `generate` call of its own would report them."""
     error: str | None = None
@@ -42,3 +46,25 @@ class RequestUpdate:
     @property
     def finished(self) -> bool:
         return self.result is not None
+
+
+@dataclass(frozen=True)
+class Add:
+    """Message to the decoding thread: queue `request`."""
+
+    request: GenerationRequest
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """Message to the decoding thread: end request `request_id` at the next step boundary."""
+
+    request_id: str
+
+
+@dataclass(frozen=True)
+class Close:
+    """Message to the decoding thread: fail what is queued or running, then stop."""
+
+
+Message = Add | Cancel | Close

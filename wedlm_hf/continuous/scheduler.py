@@ -1,8 +1,10 @@
 """Continuous batching for WeDLM decoding: requests join the running batch at step boundaries and leave it when
 they end, so one forward per step serves every running request.
 
-A request waits in a queue until a slot is free (`max_batch_size`) and its tokens fit (`max_batch_tokens`:
-prompt plus max_new_tokens, summed over the batch). Admitted requests are decoded first in a batch of their own
+A request waits in a queue until the admission policy (admission.py; by default first come, first served while a
+row is free, `max_batch_size`, and its tokens fit, `max_batch_tokens`: prompt plus max_new_tokens, summed over the
+batch) starts it. Each step is admit -> prefill and join -> advance -> report. Admitted requests are decoded first
+in a batch of their own
 (their prompt and first window in one forward, as `generate` does), then settled and *joined*: their window
 state, draft state, cached K/V (left-padded to the running batch's columns) and output rows are appended to the
 running batch (`DecodeLoop.join`). Every row keeps its own positions, window, budget and stopping criteria, so
@@ -24,22 +26,28 @@ from transformers import StopStringCriteria
 
 from ..generation.decoding import output_record, policy_class, start_decoding
 from ..generation.loop import DecodeLoop
+from ..generation.outputs import CANCELLED, ERROR
 from ..generation.record import OutputRecord
 from ..generation.settings import WeDLMSettings
 from ..generation.processors import split_suppressed
 from ..generation.window import WindowLayout
 from ..generation.validation import check_request, check_settings, position_limit_error
-from .requests import CANCELLED, ERROR, LENGTH, STOP, GenerationRequest, RequestResult, RequestUpdate
+from .admission import AdmissionPolicy, FirstComeFirstServed
+from .requests import GenerationRequest, RequestResult, RequestUpdate
 
 
 @dataclass
-class Slot:
-    """A row of the running batch's output record, held by one request from admission to its last update."""
+class RequestState:
+    """A request from admission to its final update: the output record row it holds, the tokens reported so far,
+    and the forward count of the running batch before its first forward (`OutputRecord.row_stats`)."""
 
     request: GenerationRequest
+    row: int
     step_offset: int = 0
     tokens: list[int] = field(default_factory=list)
-    """Tokens reported so far."""
+
+    def result(self, finish_reason: str, stats=None, error: str | None = None) -> RequestResult:
+        return RequestResult(self.request.request_id, self.tokens, finish_reason, stats, error)
 
 
 class WeDLMScheduler:
@@ -54,6 +62,7 @@ class WeDLMScheduler:
         max_batch_tokens: int | None = None,
         max_sequence_length: int | None = None,
         tokenizer: PreTrainedTokenizerBase | None = None,
+        admission: AdmissionPolicy | None = None,
     ):
         if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or max_batch_size < 1:
             raise ValueError(f"`max_batch_size` must be an integer >= 1, got {max_batch_size!r}.")
@@ -79,13 +88,15 @@ class WeDLMScheduler:
         self.layout = WindowLayout.create(
             self.settings.mask_token_id, self.settings.window_size, self.max_sequence_length, device, suppressed
         )
+        self.admission = admission or FirstComeFirstServed(max_batch_tokens)
         self.queue: deque[GenerationRequest] = deque()
-        self.slots: list[Slot | None] = [None] * max_batch_size
-        self.running_slots: list[int] = []
-        """The slot of each running row, in the running batch's row order."""
+        self.rows: list[RequestState | None] = [None] * max_batch_size
+        """The request holding each row of the running batch's output record."""
+        self.running_rows: list[int] = []
+        """The output record row of each running request, in the running batch's row order."""
         self.cancelled: set[str] = set()
-        self.running = self._empty_batch()
-        self.pad_id = self.running.record.pad_id
+        self.loop = self._empty_batch()
+        self.pad_id = self.loop.record.pad_id
 
     # ----- requests in -----
 
@@ -106,7 +117,7 @@ class WeDLMScheduler:
             )
         if problem is not None:
             raise ValueError(f"The request's {problem}")
-        if self.max_batch_tokens is not None and len(prompt) + budget > self.max_batch_tokens:
+        if self.max_batch_tokens is not None and request.reserved_tokens > self.max_batch_tokens:
             raise ValueError(
                 f"The request's {len(prompt)} prompt tokens plus max_new_tokens={budget} exceed the batch's token "
                 f"budget ({self.max_batch_tokens}); lower max_new_tokens or raise max_batch_tokens."
@@ -125,29 +136,30 @@ class WeDLMScheduler:
         self.cancelled.add(request_id)
 
     def active_ids(self) -> set[str]:
-        return {request.request_id for request in self.queue} | {s.request.request_id for s in self.slots if s}
+        return {request.request_id for request in self.queue} | {held.request.request_id for held in self.rows if held}
 
     def has_work(self) -> bool:
-        return bool(self.queue or self.running_slots or self.cancelled)
+        return bool(self.queue or self.running_rows or self.cancelled)
 
     # ----- one step -----
 
     @torch.no_grad()
     def step(self) -> list[RequestUpdate]:
-        """Drop cancelled requests, admit what fits, run one forward of the running batch, report."""
+        """Drop cancelled requests, admit what the policy starts (their prefill, then they join), run one forward
+        of the running batch, report."""
         updates = self._drop_cancelled()
-        ended = self._admit(updates)
-        if self.running_slots:
+        ended = self._start(self._admitted(), updates)
+        if self.running_rows:
             try:
-                self.running.advance()
-                going = self.running.settle()
-            except Exception as error:  # a shared step: every running request fails, once
-                updates += [self._failed(slot, error) for slot in self.running_slots]
-                self.running_slots, self.running = [], self._empty_batch()
+                self.loop.advance()
+                going = self.loop.settle()
+            except Exception as error:  # a shared step: every request in the batch fails, once
+                updates += [self._failed(row, error) for row in self.running_rows + ended]
+                self.running_rows, self.loop, ended = [], self._empty_batch(), []
             else:
                 going_on = set(going)
-                ended += [slot for i, slot in enumerate(self.running_slots) if i not in going_on]
-                self.running_slots = [self.running_slots[i] for i in going]
+                ended += [row for i, row in enumerate(self.running_rows) if i not in going_on]
+                self.running_rows = [self.running_rows[i] for i in going]
         return updates + self._report(ended)
 
     def _drop_cancelled(self) -> list[RequestUpdate]:
@@ -157,30 +169,25 @@ class WeDLMScheduler:
             for r in self.queue if r.request_id in cancelled
         ]
         self.queue = deque(r for r in self.queue if r.request_id not in cancelled)
-        dropped = [i for i, slot in enumerate(self.running_slots) if self.slots[slot].request.request_id in cancelled]
+        dropped = [i for i, row in enumerate(self.running_rows) if self.rows[row].request.request_id in cancelled]
         if dropped:
-            going = [i for i in range(len(self.running_slots)) if i not in dropped]
-            self.running.keep_rows(going)
+            going = [i for i in range(len(self.running_rows)) if i not in dropped]
+            self.loop.keep_rows(going)
             for i in dropped:
-                slot = self.slots[self.running_slots[i]]
-                self.slots[self.running_slots[i]] = None
-                result = RequestResult(slot.request.request_id, slot.tokens, CANCELLED)
-                updates.append(RequestUpdate(slot.request.request_id, [], result))
-            self.running_slots = [self.running_slots[i] for i in going]
+                held, self.rows[self.running_rows[i]] = self.rows[self.running_rows[i]], None
+                updates.append(RequestUpdate(held.request.request_id, [], held.result(CANCELLED)))
+            self.running_rows = [self.running_rows[i] for i in going]
         return updates
 
-    def _admit(self, updates: list[RequestUpdate]) -> list[int]:
-        """Admit the queue's head while a slot is free and its tokens fit; returns the slots that ended already."""
-        free = [i for i, slot in enumerate(self.slots) if slot is None]
-        used = sum(len(s.request.input_ids) + s.request.max_new_tokens for s in self.slots if s)
-        group = []
-        while self.queue and len(group) < len(free):
-            request = self.queue[0]
-            size = len(request.input_ids) + request.max_new_tokens
-            if self.max_batch_tokens is not None and used + size > self.max_batch_tokens:
-                break
-            used += size
-            group.append((self.queue.popleft(), free[len(group)]))
+    def _admitted(self) -> list[tuple[GenerationRequest, int]]:
+        """The requests the admission policy starts now, each with the free output row it will hold."""
+        free = [i for i, held in enumerate(self.rows) if held is None]
+        running = [held.request for held in self.rows if held]
+        return list(zip(self.admission.admit(self.queue, len(free), running), free))
+
+    def _start(self, group: list[tuple[GenerationRequest, int]], updates: list[RequestUpdate]) -> list[int]:
+        """Prefill `group` and join it to the running batch (a request whose prefill fails fails alone); returns
+        the rows of the requests that ended already."""
         if not group:
             return []
         if len(group) > 1:
@@ -189,26 +196,26 @@ class WeDLMScheduler:
             except Exception:  # find the request at fault: each alone
                 pass
         ended = []
-        for request, slot in group:
+        for request, row in group:
             try:
-                ended += self._join([(request, slot)])
+                ended += self._join([(request, row)])
             except Exception as error:
-                updates.append(self._failed(slot, error, request))
+                updates.append(self._failed(row, error, request))
         return ended
 
     def _join(self, group: list[tuple[GenerationRequest, int]]) -> list[int]:
-        """Decode the first step of `group` (requests and their free slots) in a batch of its own, then join its
-        rows to the running batch; returns the slots of the requests that already ended."""
-        requests, slots = [request for request, _ in group], [slot for _, slot in group]
+        """Decode the first step of `group` (requests and their free rows) in a batch of its own, then join its
+        rows to the running batch; returns the rows of the requests that already ended."""
+        requests, rows = [request for request, _ in group], [row for _, row in group]
         longest = max(len(request.input_ids) for request in requests)
         input_ids = torch.full((len(group), longest), self.pad_id, dtype=torch.long, device=self.device)
         mask = torch.zeros_like(input_ids)
-        for row, request in enumerate(requests):  # left padding, as batched generate
-            input_ids[row, longest - len(request.input_ids) :] = torch.tensor(request.input_ids)
-            mask[row, longest - len(request.input_ids) :] = 1
+        for i, request in enumerate(requests):  # left padding, as batched generate
+            input_ids[i, longest - len(request.input_ids) :] = torch.tensor(request.input_ids)
+            mask[i, longest - len(request.input_ids) :] = 1
         budgets = torch.tensor([request.max_new_tokens for request in requests], device=self.device)
         record = self._record(input_ids)
-        record.row_criteria = {row: self._criteria(r) for row, r in enumerate(requests) if r.stop_strings}
+        record.row_criteria = {i: self._criteria(r) for i, r in enumerate(requests) if r.stop_strings}
         padded = any(len(request.input_ids) < longest for request in requests)
         loop = start_decoding(
             self.model, input_ids, mask, padded, budgets, self.layout, self.settings, self.config, self.processors,
@@ -217,12 +224,12 @@ class WeDLMScheduler:
         loop.settle()
         loop.advance()
         going = loop.settle()
-        step_offset = self.running.join(loop, torch.tensor(slots, device=self.device))
-        for request, slot in group:
-            self.slots[slot] = Slot(request, step_offset)
-        self.running_slots += [slots[row] for row in going]
+        step_offset = self.loop.join(loop, torch.tensor(rows, device=self.device))
+        for request, row in group:
+            self.rows[row] = RequestState(request, row, step_offset)
+        self.running_rows += [rows[i] for i in going]
         going_on = set(going)
-        return [slot for row, slot in enumerate(slots) if row not in going_on]
+        return [row for i, row in enumerate(rows) if i not in going_on]
 
     def _criteria(self, request: GenerationRequest) -> list:
         return list(StoppingCriteriaList([StopStringCriteria(self.tokenizer, request.stop_strings)]))
@@ -234,7 +241,7 @@ class WeDLMScheduler:
         )
 
     def _empty_batch(self) -> DecodeLoop:
-        """A running batch of no rows, over an output record of `max_batch_size` slots whose prompts are
+        """A running batch of no rows, over an output record of `max_batch_size` rows whose prompts are
         right-aligned to the longest a request may have."""
         shape = (self.max_batch_size, self.max_sequence_length)
         prompts = torch.zeros(shape, dtype=torch.long, device=self.device)  # `adopt` pads each row it fills
@@ -249,51 +256,36 @@ class WeDLMScheduler:
     # ----- updates out -----
 
     def _report(self, ended: list[int]) -> list[RequestUpdate]:
-        """Each running or ended request's new tokens (one host read for all), and the ended ones' results."""
-        record, state = self.running.record, self.running.state
-        slots = self.running_slots + ended
-        if not slots:
+        """Each running or ended request's new tokens, as the loop hands them back, and the ended ones' results
+        (their finish reason as the loop recorded it)."""
+        held = {row: self.rows[row] for row in self.running_rows + ended}
+        if not held:
             return []
-        generated = record.totals["generated"].clone()
-        generated[state.rows] = state.generated
-        reported = torch.tensor([len(s.tokens) if s else 0 for s in self.slots], device=self.device)
-        columns = record.prompt_length + reported[:, None] + self.layout.slots
-        tokens = record.sequences.gather(1, columns.clamp(max=record.sequences.shape[1] - 1))
-        host = torch.cat([generated, tokens.flatten()]).tolist()
-        counts, width = host[: len(self.slots)], self.layout.width
+        committed = self.loop.committed_since({row: len(state.tokens) for row, state in held.items()})
         updates = []
-        for slot_index in slots:
-            slot = self.slots[slot_index]
-            new = counts[slot_index] - len(slot.tokens)
-            start = len(self.slots) + slot_index * width
-            new_tokens = host[start : start + min(new, width)]
-            if new > width:  # more than a window in one step: read the rest
-                begin = record.prompt_length + len(slot.tokens) + width
-                new_tokens += record.sequences[slot_index, begin : begin + new - width].tolist()
-            slot.tokens += new_tokens
+        for row, state in held.items():
+            new_tokens = committed[row]
+            state.tokens += new_tokens
             result = None
-            if slot_index in ended:
-                self.slots[slot_index] = None
-                reason = LENGTH if len(slot.tokens) >= slot.request.max_new_tokens else STOP
-                stats = record.row_stats(slot_index, slot.step_offset)
-                result = RequestResult(slot.request.request_id, slot.tokens, reason, stats)
+            if row in ended:
+                self.rows[row] = None
+                stats = self.loop.record.row_stats(row, state.step_offset)
+                result = state.result(stats.finish_reasons[0], stats)
             if new_tokens or result is not None:
-                updates.append(RequestUpdate(slot.request.request_id, new_tokens, result))
+                updates.append(RequestUpdate(state.request.request_id, new_tokens, result))
         return updates
 
     def fail_all(self, error: Exception) -> list[RequestUpdate]:
         """Fail every queued and running request (the caller hit a fault outside any one request) and start over."""
-        updates = [self._failed(slot, error) for slot, held in enumerate(self.slots) if held is not None]
+        updates = [self._failed(row, error) for row, held in enumerate(self.rows) if held is not None]
         updates += [self._failed(None, error, request) for request in self.queue]
         self.queue.clear()
-        self.running_slots, self.running = [], self._empty_batch()
+        self.running_rows, self.loop = [], self._empty_batch()
         return updates
 
-    def _failed(
-        self, slot_index: int | None, error: Exception, request: GenerationRequest | None = None
-    ) -> RequestUpdate:
-        if slot_index is not None:
-            request = request or self.slots[slot_index].request
-            self.slots[slot_index] = None
+    def _failed(self, row: int | None, error: Exception, request: GenerationRequest | None = None) -> RequestUpdate:
+        if row is not None:
+            request = request or self.rows[row].request
+            self.rows[row] = None
         message = f"{type(error).__name__}: {error}"
         return RequestUpdate(request.request_id, [], RequestResult(request.request_id, [], ERROR, error=message))

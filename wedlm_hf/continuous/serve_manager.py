@@ -144,8 +144,10 @@ class WeDLMCBGenerateManager(serving_utils.BaseGenerateManager):
 class WeDLMGenerationState(serving_utils.GenerationState):
     """The server's generation state, handing continuous-batching requests to `WeDLMCBGenerateManager`."""
 
-    batching: dict = {}
-    """`WeDLMCBGenerateManager` options, set by `wedlm_hf.serving.install`."""
+    def __init__(self, *args, batching: dict, **kwargs):
+        """`batching`: this server's `WeDLMCBGenerateManager` options; the rest is transformers' `GenerationState`."""
+        self.batching = dict(batching)
+        super().__init__(*args, **kwargs)
 
     def use_continuous_batching(self, model: PreTrainedModel, modality) -> bool:
         return self._continuous_batching and modality == serving_utils.Modality.LLM

@@ -96,7 +96,7 @@ def build_app(default_model: str | None = None, concurrency_limit: int = 1, queu
         model_name: str,
         window_size: float,
         entropy_threshold: float,
-        pos_penalty: float,
+        pos_penalty_factor: float,
         temperature: float,
         max_new_tokens: float,
         lossless: bool,
@@ -107,7 +107,7 @@ def build_app(default_model: str | None = None, concurrency_limit: int = 1, queu
         try:
             prompt = validate_prompt(prompt)
             params = validate_params(
-                window_size, entropy_threshold, pos_penalty, temperature, max_new_tokens, lossless
+                window_size, entropy_threshold, pos_penalty_factor, temperature, max_new_tokens, lossless
             )
             yield f"Loading `{model_name}`…", *cleared
             model, tokenizer = load_model(model_name)

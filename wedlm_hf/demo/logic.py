@@ -10,12 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from numbers import Real
 
-from wedlm_hf.generation.options import BY_SETTING
-from wedlm_hf.generation.settings import (
-    DEFAULT_ENTROPY_THRESHOLD,
-    DEFAULT_POS_PENALTY_FACTOR,
-    DEFAULT_WINDOW_SIZE,
-)
+from wedlm_hf.generation.options import BY_SETTING, DEMO, exposed_to
 
 
 class InputError(ValueError):
@@ -45,38 +40,33 @@ class DecodeParams:
 
     window_size: int
     entropy_threshold: float
-    pos_penalty: float
+    pos_penalty_factor: float
     temperature: float
     max_new_tokens: int
     lossless: bool = False
     """WeDLM drafts verified against the model's own AR logits: the WeDLM side then equals the AR side."""
 
 
+def _window_slider(setting: str, label: str, maximum: float, step: float, info: str = "") -> SliderSpec:
+    """A WeDLM option's slider: its lower bound, default and help from the options table."""
+    option = BY_SETTING[setting]
+    return SliderSpec(label, option.accepts.minimum, maximum, step, option.default, info or option.help)
+
+
 SLIDERS: dict[str, SliderSpec] = {
-    "window_size": SliderSpec("Window size W", 1, 64, 1, DEFAULT_WINDOW_SIZE, "mask slots decoded in parallel"),
-    "entropy_threshold": SliderSpec(
-        "Entropy threshold τ",
-        0.0,
-        3.0,
-        0.05,
-        DEFAULT_ENTROPY_THRESHOLD,
+    "window_size": _window_slider("window_size", "Window size W", 64, 1),
+    "entropy_threshold": _window_slider(
+        "entropy_threshold", "Entropy threshold τ", 3.0, 0.05,
         "fill slots whose adjusted entropy is below τ (0: one per step)",
     ),
-    "pos_penalty": SliderSpec(
-        "Position penalty λ", 0.0, 0.5, 0.01, DEFAULT_POS_PENALTY_FACTOR, "entropy added per slot of distance"
-    ),
+    "pos_penalty_factor": _window_slider("pos_penalty_factor", "Position penalty λ", 0.5, 0.01),
     "temperature": SliderSpec("Temperature", 0.0, 2.0, 0.05, 0.0, "0: greedy; above 0: sampling on both sides"),
     "max_new_tokens": SliderSpec("Max new tokens", 1, 256, 1, 64, "on each side"),
 }
 """Slider defaults are the library's (what `generate` uses when nothing else says); the page starts from the loaded
 checkpoint's generation config instead, see `checkpoint_defaults`."""
 
-CHECKPOINT_KEYS = {
-    slider: BY_SETTING[setting].keyword
-    for slider, setting in (
-        ("window_size", "window_size"), ("entropy_threshold", "entropy_threshold"), ("pos_penalty", "pos_penalty_factor")
-    )
-}
+CHECKPOINT_KEYS = {option.setting: option.keyword for option in exposed_to(DEMO) if option.setting in SLIDERS}
 """Sliders a checkpoint's generation config may set, and the attribute it sets them with."""
 
 
@@ -155,13 +145,13 @@ def _check(name: str, value: object) -> float:
 def validate_params(
     window_size: object,
     entropy_threshold: object,
-    pos_penalty: object,
+    pos_penalty_factor: object,
     temperature: object,
     max_new_tokens: object,
     lossless: object = False,
 ) -> DecodeParams:
     """Slider values as the page (or its API, which skips the sliders' ranges) sent them, checked, else `InputError`."""
-    values = (window_size, entropy_threshold, pos_penalty, temperature, max_new_tokens)
+    values = (window_size, entropy_threshold, pos_penalty_factor, temperature, max_new_tokens)
     checked = (_check(name, value) for name, value in zip(SLIDERS, values))
     params = DecodeParams(*(int(v) if spec.integer else float(v) for spec, v in zip(SLIDERS.values(), checked)))
     if not isinstance(lossless, bool):
@@ -189,10 +179,7 @@ def generate_options(params: DecodeParams, decoding: str) -> dict:
     if params.temperature > 0:
         options["temperature"] = params.temperature
     if decoding == "wedlm":
-        options["wedlm_window_size"] = params.window_size
-        options["wedlm_entropy_threshold"] = params.entropy_threshold
-        options["wedlm_pos_penalty_factor"] = params.pos_penalty
-        options["wedlm_lossless"] = params.lossless
+        options.update({option.keyword: getattr(params, option.setting) for option in exposed_to(DEMO)})
     return options
 
 

@@ -17,6 +17,7 @@ from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerB
 from transformers.utils import logging
 
 from ..evaluation import read_prompts
+from ..generation.options import BY_SETTING, FINETUNE, exposed_to
 from ..loading import load_model_and_tokenizer
 from ..draft_adapter import MERGE_REFUSED
 from ..training.draft_objective import draft_only_forward
@@ -64,10 +65,10 @@ class FinetuneOptions:
     gradient_checkpointing: bool = False
     resume: bool = False
     seed: int = 0
-    window_size: int = 16
-    entropy_threshold: float = 0.4
-    pos_penalty_factor: float = 0.02
-    lossless: bool = False
+    window_size: int = BY_SETTING["window_size"].default
+    entropy_threshold: float = BY_SETTING["entropy_threshold"].default
+    pos_penalty_factor: float = BY_SETTING["pos_penalty_factor"].default
+    lossless: bool = BY_SETTING["lossless"].default
     """Write lossless WeDLM as the output's default decoding: its output is exactly its greedy output, drafts
     pay where they pass. The choice for a short run whose mask predictions are good on part of its text only
     (plain decoding then commits wrong tokens elsewhere). A draft-only adapter always defaults to it: that is what
@@ -268,8 +269,7 @@ def wedlm_generation_config(
     config.mask_token_id = mask_id
     # the mask is an input only, but its (tied or trained) output row can win an argmax after training on it
     config.suppress_tokens = sorted({*(config.suppress_tokens or []), mask_id})
-    config.wedlm_window_size = options.window_size
-    config.wedlm_entropy_threshold = options.entropy_threshold
-    config.wedlm_pos_penalty_factor = options.pos_penalty_factor
-    config.wedlm_lossless = lossless
+    for option in exposed_to(FINETUNE):
+        setattr(config, option.keyword, getattr(options, option.setting))
+    config.wedlm_lossless = lossless  # a draft-only adapter's default whatever `options.lossless` says
     return config

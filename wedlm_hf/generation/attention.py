@@ -12,9 +12,11 @@ A window forward's mask is prebuilt here in the 4D form the SDPA and eager atten
 over a cache otherwise always takes the full mask-building path, with a host sync in it).
 
 With a mask, transformers' SDPA function copies K/V per query head (`repeat_kv`): it enables SDPA's grouped-query
-mode only without a mask, because CUDA's masked kernels lack it. On the CPU the masked kernel has it, so window
-forwards there run through `WINDOW_SDPA`, an attention function registered with transformers'
-`AttentionInterface` (and `AttentionMaskInterface`, as SDPA's), selected for the duration of one forward.
+mode only without a mask, because CUDA's masked kernels lack it. On the CPU the masked kernel has it, so an SDPA
+model runs `WINDOW_SDPA`, an attention function registered with transformers' `AttentionInterface` (and
+`AttentionMaskInterface`, as SDPA's) that is SDPA in every other case. It is chosen once per model
+(`choose_window_attention`, at `enable` and when a WeDLM model is built), never switched per forward, so threads
+decoding one model (WeDLM and AR side by side) never see each other's attention implementation.
 """
 
 import inspect
@@ -25,8 +27,9 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
 WINDOW_SDPA = "wedlm_window_sdpa"
-MASK_IMPLEMENTATIONS = ("sdpa", "eager")
-"""Attention implementations that take a prebuilt 4D mask: boolean (sdpa) or additive (eager)."""
+MASK_IMPLEMENTATIONS = ("sdpa", WINDOW_SDPA, "eager")
+"""Attention implementations that take a prebuilt 4D mask: boolean (SDPA and the window attention) or additive
+(eager)."""
 
 
 def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -74,40 +77,28 @@ def dispatches_through_attention_interface(model: torch.nn.Module) -> bool:
     return _DISPATCHES_BY_NAME[model_class]
 
 
-class WindowAttention:
-    """`with WindowAttention(model):` one window forward of an SDPA model runs `WINDOW_SDPA`, then SDPA again."""
-
-    def __init__(self, model: torch.nn.Module):
-        self.config = model.config
-        self.swap = getattr(self.config, "_attn_implementation", None) == "sdpa" and (
-            dispatches_through_attention_interface(model)
-        )
-
-    def __enter__(self) -> None:
-        if self.swap:
-            self.config._attn_implementation = WINDOW_SDPA
-
-    def __exit__(self, *exception) -> None:
-        if self.swap:
-            self.config._attn_implementation = "sdpa"
+def choose_window_attention(model: torch.nn.Module) -> None:
+    """Run an SDPA model's attention through `WINDOW_SDPA` from now on (transformers' `set_attn_implementation`);
+    other implementations, and families that compare the name with "sdpa" themselves, stay as they are."""
+    sdpa = getattr(model.config, "_attn_implementation", None) == "sdpa"
+    if sdpa and dispatches_through_attention_interface(model):
+        model.set_attn_implementation(WINDOW_SDPA)
 
 
 def window_forward(
-    call, model: torch.nn.Module, cache, input_ids: torch.Tensor, attention_mask, position_ids: torch.Tensor,
-    logits_to_keep: int, **attention_kwargs,
+    call, cache, input_ids: torch.Tensor, attention_mask, position_ids: torch.Tensor, logits_to_keep: int,
+    **attention_kwargs,
 ) -> torch.Tensor:
-    """The logits of one window forward through `call` (the model, or its compiled call) into `cache`, with
-    `WINDOW_SDPA` selected for its duration where it applies."""
-    with WindowAttention(model):
-        return call(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            cache=cache,
-            use_cache=True,
-            logits_to_keep=logits_to_keep,
-            **attention_kwargs,
-        ).logits
+    """The logits of one window forward through `call` (the model, or its compiled call) into `cache`."""
+    return call(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        cache=cache,
+        use_cache=True,
+        logits_to_keep=logits_to_keep,
+        **attention_kwargs,
+    ).logits
 
 
 def uses_flash_attention(config: PreTrainedConfig) -> bool:

@@ -59,10 +59,10 @@ def wedlm_decode(
     check_request(model, generation_config, logits_processor, model_kwargs, synced_gpus)
     vocab_size = model.config.get_text_config().vocab_size
     settings = WeDLMSettings.resolve(
-        generation_config, model.config, vocab_size, window_size=wedlm_window_size,
-        entropy_threshold=wedlm_entropy_threshold, pos_penalty_factor=wedlm_pos_penalty_factor,
-        mask_token_id=mask_token_id, blockwise=wedlm_blockwise, lossless=wedlm_lossless,
-        draft_schedule=wedlm_draft_schedule, static=wedlm_static,
+        generation_config, model.config, vocab_size, wedlm_window_size=wedlm_window_size,
+        wedlm_entropy_threshold=wedlm_entropy_threshold, wedlm_pos_penalty_factor=wedlm_pos_penalty_factor,
+        mask_token_id=mask_token_id, wedlm_blockwise=wedlm_blockwise, wedlm_lossless=wedlm_lossless,
+        wedlm_draft_schedule=wedlm_draft_schedule, wedlm_static=wedlm_static,
     )
     logits_processor, suppressed = split_suppressed(logits_processor)
     check_settings(settings, model, generation_config, logits_processor)

@@ -51,6 +51,4 @@ class DynamicBackend:
             )
         batch_size, fed = input_ids.shape
         lengths = flash_sequence_lengths(model.config, batch_size, fed, past_length, input_ids.device)
-        return window_forward(
-            model, model, self.cache, input_ids, attention_mask, position_ids, logits_to_keep, **lengths
-        )
+        return window_forward(model, self.cache, input_ids, attention_mask, position_ids, logits_to_keep, **lengths)

@@ -212,6 +212,27 @@ class DecodeLoop:
         self.backend.join_rows(other.backend)
         return step_offset
 
+    def committed_since(self, reported: dict[int, int]) -> dict[int, list[int]]:
+        """The tokens each input row of `reported` committed after its first `reported[row]`, running or ended (a
+        caller reporting rows step by step): one host read, and one more per row that gained over a window."""
+        record, width = self.record, self.layout.width
+        generated = record.totals["generated"].clone()
+        generated[self.state.rows] = self.state.generated
+        rows = torch.tensor(list(reported), dtype=torch.long, device=generated.device)
+        known = torch.tensor(list(reported.values()), dtype=torch.long, device=generated.device)
+        columns = record.prompt_length + known[:, None] + self.layout.slots
+        window = record.sequences[rows].gather(1, columns.clamp(max=record.sequences.shape[1] - 1))
+        host = torch.cat([generated[rows], window.flatten()]).tolist()
+        committed = {}
+        for i, (row, count) in enumerate(reported.items()):
+            gained = host[i] - count
+            start = len(reported) + i * width
+            committed[row] = host[start : start + min(gained, width)]
+            if gained > width:  # more than a window in one step: read the rest
+                begin = record.prompt_length + count + width
+                committed[row] += record.sequences[row, begin : begin + gained - width].tolist()
+        return committed
+
 
 def run(loop: DecodeLoop) -> None:
     """Decode until every row has ended; the output is in `loop.record`."""

@@ -1,48 +1,139 @@
-"""The WeDLM options, declared once: the `generate` keywords (also `GenerationConfig` attributes), their defaults,
-what a value must be, and which front ends expose them.
+"""The WeDLM options, declared once: the `generate` keyword (also the `GenerationConfig` attribute), its default,
+what a value must be, its help text, and where besides `generate` it is exposed.
 
-`WeDLMSettings.resolve`, the command line, `serve`, batch rows and the demo all read this table, so an option is
-added (or renamed) here and nowhere else.
+`WeDLMSettings.resolve` checks values with the table's `Accepts`; the command line (`generate`, its `--input` batch
+mode, `serve`), batch rows, `serve`'s generation defaults, the demo and `finetune`'s written generation config all
+read the table, so an option is added (or renamed) here and nowhere else. Every other name derives from the one
+keyword: the `WeDLMSettings` field drops the `wedlm_` prefix, the command-line flag is that field with dashes.
 """
 
 from dataclasses import dataclass
+from numbers import Integral, Real
+
+# Where an option is exposed besides `generate` and the generation config (`WeDLMOption.exposed`).
+CLI = "cli"
+"""A flag of `wedlm-hf generate` (single prompt and `--input`) and, with `SERVE`, of `wedlm-hf serve`."""
+ROWS = "rows"
+"""A key a batch row may set for itself."""
+SERVE = "serve"
+"""A generation config attribute `serve` may set for every request."""
+DEMO = "demo"
+"""A control of the demo page, which starts from the checkpoint's value."""
+FINETUNE = "finetune"
+"""A `FinetuneOptions` field that `finetune` writes to the output's generation config."""
+
+KINDS = {"int": "an integer", "number": "a number", "str": "a string"}
+
+
+@dataclass(frozen=True)
+class Accepts:
+    """What a value must be: a kind ('int', 'number', 'bool' or 'str'), an optional lower bound, whether None is
+    legal (and what it means), or a set of choices. Calling it checks a value; `parse` reads command-line text."""
+
+    kind: str
+    minimum: float | None = None
+    none_means: str | None = None
+    """What None stands for, if None is legal."""
+    choices: tuple = ()
+
+    def __call__(self, value: object) -> bool:
+        if value is None:
+            return self.none_means is not None
+        if self.choices:
+            return value in self.choices
+        if isinstance(value, bool) or self.kind == "bool":
+            return isinstance(value, bool) and self.kind == "bool"
+        kind = {"int": Integral, "number": Real, "str": str}[self.kind]
+        return isinstance(value, kind) and (self.minimum is None or value >= self.minimum)
+
+    def describe(self, json: bool = False) -> str:
+        """The rule in words, spelling None, True and False as Python does or (`json`) as JSON does."""
+        if self.choices:
+            text = " or ".join(repr(choice) for choice in self.choices)
+        elif self.kind == "bool":
+            text = "true or false" if json else "True or False"
+        else:
+            text = KINDS[self.kind] + ("" if self.minimum is None else f" >= {self.minimum:g}")
+        return text if self.none_means is None else f"{text}, or {'null' if json else 'None'} for {self.none_means}"
+
+    def parse(self, text: str) -> object:
+        """A command-line value of the right kind ('none' is None where None is legal), else ValueError; its
+        bounds are checked where every other value is (`WeDLMSettings.resolve`), with the same message."""
+        if self.none_means is not None and text.strip().lower() == "none":
+            return None
+        return {"int": int, "number": float, "str": str}[self.kind](text)
 
 
 @dataclass(frozen=True)
 class WeDLMOption:
     keyword: str
     """The `generate` keyword, and the generation config attribute read when the call does not pass it."""
-    setting: str
-    """The `WeDLMSettings` field it resolves to."""
     default: object
-    accepts: str
-    """What a value must be, in the words error messages and batch rows use."""
-    cli: str | None = None
-    """The command-line option name (`--<cli>`), if the command line takes it."""
-    in_rows: bool = False
-    """Whether a batch row may override it."""
-    in_serve: bool = False
-    """Whether `serve` may set it for every request."""
+    accepts: Accepts
+    help: str
+    exposed: tuple[str, ...] = ()
+    """Where besides `generate` it is exposed: `CLI`, `ROWS`, `SERVE`, `DEMO`, `FINETUNE`."""
+    flag_off: str | None = None
+    """A bool option's command-line flag that sets it False (its own flag sets it True)."""
+    old_flags: tuple[str, ...] = ()
+    """Earlier command-line spellings, still accepted because the README and scripts used them."""
+
+    @property
+    def setting(self) -> str:
+        """The `WeDLMSettings` field it resolves to."""
+        return self.keyword.removeprefix("wedlm_")
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.setting.replace("_", "-")
+
+    def checked(self, value: object) -> object:
+        """`value` if legal, else ValueError naming the keyword and what it must be."""
+        if not self.accepts(value):
+            raise ValueError(f"`{self.keyword}` must be {self.accepts.describe()}; got {value!r}.")
+        return value
 
 
 OPTIONS = (
     WeDLMOption(
-        "wedlm_window_size", "window_size", 16, "an integer >= 1", cli="window_size", in_rows=True, in_serve=True
+        "wedlm_window_size", 16, Accepts("int", minimum=1), "mask slots decoded in parallel (W)",
+        exposed=(CLI, ROWS, SERVE, DEMO, FINETUNE),
     ),
     WeDLMOption(
-        "wedlm_entropy_threshold", "entropy_threshold", 0.4, "a number >= 0 or null", cli="threshold", in_rows=True,
-        in_serve=True,
+        "wedlm_entropy_threshold", 0.4, Accepts("number", minimum=0, none_means="one slot per step"),
+        "fill the mask slots whose position-adjusted entropy is below it (always at least one)",
+        exposed=(CLI, ROWS, SERVE, DEMO, FINETUNE), old_flags=("--threshold",),
     ),
     WeDLMOption(
-        "wedlm_pos_penalty_factor", "pos_penalty_factor", 0.02, "a number >= 0", cli="penalty", in_rows=True,
-        in_serve=True,
+        "wedlm_pos_penalty_factor", 0.02, Accepts("number", minimum=0),
+        "entropy added per slot of distance from the window start",
+        exposed=(CLI, ROWS, SERVE, DEMO, FINETUNE), old_flags=("--penalty",),
     ),
-    WeDLMOption("mask_token_id", "mask_token_id", None, "an integer id", cli="mask_token_id", in_serve=True),
-    WeDLMOption("wedlm_blockwise", "blockwise", False, "true or false", in_rows=True),
-    WeDLMOption("wedlm_lossless", "lossless", False, "true or false", in_rows=True, in_serve=True),
-    WeDLMOption("wedlm_draft_schedule", "draft_schedule", "adaptive", "'adaptive' or 'full'"),
-    WeDLMOption("wedlm_static", "static", False, "true or false"),
+    WeDLMOption(
+        "mask_token_id", None, Accepts("int", minimum=0),
+        "the mask token; else the generation or model config's `mask_token_id`", exposed=(CLI, SERVE),
+    ),
+    WeDLMOption(
+        "wedlm_blockwise", False, Accepts("bool"),
+        "the paper's block-wise baseline: a window is committed only once it is all filled", exposed=(ROWS,),
+    ),
+    WeDLMOption(
+        "wedlm_lossless", False, Accepts("bool"),
+        "WeDLM verified against the model's own greedy output (identical to it)",
+        exposed=(CLI, ROWS, SERVE, DEMO, FINETUNE), flag_off="--plain",
+    ),
+    WeDLMOption(
+        "wedlm_draft_schedule", "adaptive", Accepts("str", choices=("adaptive", "full")),
+        "lossless mode's drafts per forward: follow recent acceptance, or every slot of the window",
+    ),
+    WeDLMOption("wedlm_static", False, Accepts("bool"), "fixed-shape steps, for torch.compile / CUDA graphs"),
 )
 
 BY_SETTING = {option.setting: option for option in OPTIONS}
-KEYWORDS = tuple(option.keyword for option in OPTIONS)
+BY_KEYWORD = {option.keyword: option for option in OPTIONS}
+KEYWORDS = tuple(BY_KEYWORD)
+
+
+def exposed_to(where: str) -> tuple[WeDLMOption, ...]:
+    """The options exposed to `where` (`CLI`, `ROWS`, `SERVE`, `DEMO` or `FINETUNE`), in the table's order."""
+    return tuple(option for option in OPTIONS if where in option.exposed)

@@ -4,6 +4,13 @@ from dataclasses import dataclass, field
 
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
+EOS, STOP, LENGTH, CANCELLED, ERROR = "eos", "stop", "length", "cancelled", "error"
+"""Why a row ended: its EOS token; a stop string (or another stopping criterion of the call); its max_new_tokens;
+cancelled by a client; failed. The decode loop records the first three (`OutputRecord.commit`), a server the last
+two. Strings, not an enum: `generation/` is exported as flat remote code (docs/architecture.md)."""
+ENDED_BY = ("", EOS, STOP, LENGTH)
+"""`OutputRecord.finish` codes: each reason's index ("": still running)."""
+
 
 @dataclass
 class WeDLMStats:
@@ -25,6 +32,8 @@ class WeDLMStats:
     """Lossless mode only: drafts checked, drafts accepted, and forwards that corrected a draft, per row."""
     accepted: list[int] | None = None
     corrected: list[int] | None = None
+    finish_reasons: list[str] = field(default_factory=list)
+    """Why each row ended: `EOS`, `STOP` or `LENGTH`."""
 
     @property
     def tokens_per_forward(self) -> list[float]:

@@ -10,7 +10,7 @@ from transformers import StoppingCriteriaList
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 from transformers.generation.streamers import BaseStreamer
 
-from .outputs import WeDLMGenerateOutput, WeDLMStats
+from .outputs import ENDED_BY, EOS, LENGTH, STOP, WeDLMGenerateOutput, WeDLMStats
 from .window import WindowLayout, WindowState
 
 BASE_TOTALS = ("forwards", "generated", "processed")
@@ -54,14 +54,18 @@ class OutputRecord:
             for name in (*BASE_TOTALS, *policy_counters)
         }
         """Per input row: each counter's value when the row left (`forwards`: the step count then)."""
+        self.finish = torch.zeros(batch_size, dtype=torch.long, device=device)
+        """Per input row: why it ended, as an index into `ENDED_BY` (0 while it runs); written once, by `commit`."""
         self.steps = 0
         """Model calls so far (the live step number; the forward being prepared is `steps + 1`)."""
 
     def commit(self, state: WindowState, num_leading: torch.Tensor, start: int = 0) -> torch.Tensor:
         """Write up to `num_leading` window slots from `start` to the output, cut after the first EOS or stopping
-        criterion; return which rows this commit ends (EOS, criterion or max_new_tokens). Ended rows commit nothing."""
+        criterion; return which rows this commit ends, recording why in `finish` (EOS, criterion or
+        max_new_tokens). Ended rows commit nothing."""
         num_leading = num_leading.masked_fill(state.done, 0)
         finished = state.generated + num_leading >= state.max_new_tokens
+        reason = torch.full_like(num_leading, ENDED_BY.index(LENGTH))
         commit_length = num_leading
         offset = self.layout.slots - start if start else self.layout.slots  # index within the commit
         if self.eos_ids is not None:
@@ -71,10 +75,16 @@ class OutputRecord:
             is_eos = torch.isin(state.window, self.eos_ids) & in_commit
             has_eos = is_eos.any(1)
             commit_length = torch.where(has_eos, is_eos.int().argmax(1) + (1 - start), commit_length)
+            reason = reason.masked_fill(has_eos, ENDED_BY.index(EOS))
             finished |= has_eos
         if self.user_criteria or self.row_criteria:
-            commit_length, stopped = self._apply_user_criteria(state, commit_length, start)
-            finished |= stopped
+            cut, stopped = self._apply_user_criteria(state, commit_length, start)
+            if self.eos_ids is not None:  # a criterion that fires on the EOS itself leaves the reason EOS
+                stopped &= ~has_eos | (cut < commit_length)
+            reason = reason.masked_fill(stopped, ENDED_BY.index(STOP))
+            commit_length, finished = cut, finished | stopped
+        ending = finished & (self.finish[state.rows] == 0)
+        self.finish[state.rows] = torch.where(ending, reason, self.finish[state.rows])
         self._write(state, commit_length, start, offset)
         return finished
 
@@ -145,6 +155,7 @@ class OutputRecord:
             store[rows] = other.token_scores[kind]
         for name, total in self.totals.items():
             total[rows] = other.totals[name] + (step_offset if name == "forwards" else 0)
+        self.finish[rows] = other.finish
         for i, row in enumerate(rows.tolist()):
             criteria = other.user_criteria + other.row_criteria.get(i, [])
             if criteria:
@@ -186,6 +197,7 @@ class OutputRecord:
             generated=totals["generated"],
             processed=totals["processed"],
             model_calls=model_calls,
+            finish_reasons=[ENDED_BY[code] for code in self.finish[rows].tolist()],
             **traces,
             **extra,
         )

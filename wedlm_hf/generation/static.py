@@ -159,7 +159,7 @@ class StaticBackend:
         all_positions = position_ids.new_zeros(all_ids.shape).index_copy(0, rows, position_ids)
         attention_mask = self.cache.begin_forward(window_live)
         forward = self.compiled_call if self.compiled_call is not None and self.cache.prefilled else self.model
-        logits = window_forward(forward, self.model, self.cache, all_ids, attention_mask, all_positions, logits_to_keep)
+        logits = window_forward(forward, self.cache, all_ids, attention_mask, all_positions, logits_to_keep)
         return logits.index_select(0, rows)  # a copy: a CUDA graph's output is overwritten by its next replay
 
 

@@ -3,6 +3,8 @@ reader needs before loading remote code (usage, requirements, limitations)."""
 
 from huggingface_hub import ModelCard, ModelCardData
 
+from wedlm_hf.generation.options import OPTIONS
+
 PAPER_TAG = "arxiv:2512.22737"
 PAPER_URL = "https://arxiv.org/abs/2512.22737"
 SUPPORTED = "Llama, Mistral, Qwen2/3, Gemma, Phi-3, OLMo-2, Granite and other"
@@ -99,14 +101,11 @@ def custom_generate_card(
         "model trained for WeDLM decoding (it must predict the token at a mask slot's position); on other models "
         "use `wedlm_lossless=True`, which gives greedy decoding's output. Batched, left-padded inputs work.\n\n"
         "## Additional arguments\n\n"
-        "- `mask_token_id` (`int`): the mask token; else the generation config's or model config's `mask_token_id`.\n"
-        "- `wedlm_window_size` (`int`, default 16): mask slots decoded in parallel.\n"
-        "- `wedlm_entropy_threshold` (`float` or `None`, default 0.4): fill the slots whose position-adjusted "
-        "entropy is below it (always at least one); `None` fills one slot per forward.\n"
-        "- `wedlm_pos_penalty_factor` (`float`, default 0.02): entropy added per slot of distance from the "
-        "window start.\n"
-        "- `wedlm_lossless` (`bool`, default `False`): verify drafts against the model's own next-token logits, so "
-        "the output is identical to greedy autoregressive decoding.\n\n"
+        + "".join(
+            f"- `{option.keyword}` ({option.accepts.describe()}; default `{option.default!r}`): {option.help}.\n"
+            for option in OPTIONS
+        )
+        + "\n"
         "Each is read from the call, else from the model's generation config (attributes of the same names).\n\n"
         "## Output type changes\n\n"
         "With `return_dict_in_generate=True` the output is a `GenerateDecoderOnlyOutput` with one more field, "

@@ -1,0 +1,73 @@
+"""The WeDLM options on the command line, derived from `wedlm_hf/generation/options.py`: one flag per option (a
+bool option also gets the flag that turns it off), checked as `generate` checks it, read back as `generate`
+keywords."""
+
+import argparse
+import json
+from pathlib import Path
+
+import wedlm_hf
+from wedlm_hf.generation.options import CLI, WeDLMOption, exposed_to
+
+
+def _checkpoint_default(keyword: str):
+    config = json.loads((Path(wedlm_hf.DEFAULT_MODEL) / "generation_config.json").read_text())
+    return config.get(keyword)
+
+
+def default_help(option: WeDLMOption) -> str:
+    return (
+        f"default: the model's generation config (embedded checkpoint: {_checkpoint_default(option.keyword)}), "
+        f"else the library default {option.default}"
+    )
+
+
+def value_parser(option: WeDLMOption):
+    """argparse's `type` for `option`: its value, or an error saying what the value must be."""
+
+    def parse(text: str) -> object:
+        try:
+            return option.accepts.parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {option.accepts.describe()}; got {text!r}") from None
+
+    parse.__name__ = option.setting
+    return parse
+
+
+def add_wedlm_arguments(
+    group: argparse._ArgumentGroup, mode: argparse._MutuallyExclusiveGroup, also: str | None = None
+) -> None:
+    """Add the flags of the options exposed to the command line (and to `also`, e.g. `SERVE`): bool options in the
+    mutually exclusive `mode` group, the others in `group`. Each sets its `generate` keyword as dest, absent from
+    the namespace unless the flag is given (so the model's generation config decides)."""
+    for option in exposed_to(CLI):
+        if also is not None and also not in option.exposed:
+            continue
+        if option.accepts.kind == "bool":
+            mode.add_argument(
+                option.flag, dest=option.keyword, action="store_const", const=True, default=argparse.SUPPRESS,
+                help=option.help,
+            )
+            mode.add_argument(
+                option.flag_off, dest=option.keyword, action="store_const", const=False, default=argparse.SUPPRESS,
+                help=f"turn {option.flag} off, also where the model's generation config turns it on",
+            )
+        else:
+            none = f" ('none': {option.accepts.none_means})" if option.accepts.none_means else ""
+            group.add_argument(
+                option.flag, *option.old_flags, dest=option.keyword, metavar=option.setting.upper(),
+                type=value_parser(option), default=argparse.SUPPRESS,
+                help=f"{option.help}{none}; {default_help(option)}",
+            )
+
+
+def wedlm_keywords(args: argparse.Namespace) -> dict:
+    """The `generate` keywords of the WeDLM options given on the command line."""
+    given = (option.keyword for option in exposed_to(CLI) if hasattr(args, option.keyword))
+    return {keyword: getattr(args, keyword) for keyword in given}
+
+
+def given_flags(args: argparse.Namespace) -> list[str]:
+    """The flags of the WeDLM options given on the command line, for error messages."""
+    return [option.flag for option in exposed_to(CLI) if hasattr(args, option.keyword)]
