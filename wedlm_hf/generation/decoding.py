@@ -26,6 +26,7 @@ from .record import OutputRecord
 from .settings import UNSET, WeDLMSettings
 from .static import StaticBackend
 from .validation import check_request, check_settings, checked_prompt
+from .verify import Verifier
 from .window import WindowLayout, WindowScores, WindowState
 
 
@@ -105,9 +106,13 @@ def start_decoding(
     backend picked by `settings`, writing to `record`; `max_new_tokens` per row (at most the layout's)."""
     vocab_size = model.config.get_text_config().vocab_size
     state = _first_window(input_ids, mask, layout, tuple(record.token_scores), vocab_size, max_new_tokens)
-    filler = SlotFiller(layout, settings, record, logits_processor, bool(generation_config.do_sample))
+    do_sample = bool(generation_config.do_sample)
+    contiguous = settings.lossless and do_sample
+    filler = SlotFiller(layout, settings, record, logits_processor, do_sample, contiguous)
     if settings.lossless:
-        policy = LosslessPolicy(layout, record, filler, state, adaptive=settings.draft_schedule == "adaptive")
+        verifier = Verifier(logits_processor, record, do_sample)
+        adaptive = settings.draft_schedule == "adaptive"
+        policy = LosslessPolicy(layout, record, filler, state, adaptive, verifier)
     else:
         policy = PlainPolicy(layout, record, filler, blockwise=settings.blockwise)
     if settings.static:

@@ -103,7 +103,6 @@ def check_request(
             "WeDLM decoding builds its own cache; a filled `cache` / `past_key_values` from an earlier call cannot be "
             "continued. Pass the full sequence as `input_ids` instead."
         )
-    check_processors(logits_processor)
 
 
 def check_settings(
@@ -120,14 +119,7 @@ def check_settings(
             f"`wedlm_static=True` feeds a 4D attention mask, which attn_implementation={implementation!r} does "
             f"not take; load the model with attn_implementation='sdpa' (or 'eager'), or use wedlm_static=False."
         )
-    if settings.lossless and generation_config.do_sample:
-        raise ValueError("`wedlm_lossless=True` reproduces greedy decoding; use do_sample=False.")
-    if settings.lossless and logits_processor:
-        names = ", ".join(type(p).__name__ for p in logits_processor)
-        raise ValueError(
-            f"`wedlm_lossless=True` verifies drafts against plain greedy logits; remove the logits processors "
-            f"({names}) or use `wedlm_lossless=False`."
-        )
+    check_processors(logits_processor, settings.lossless)
 
 
 def _check_special_tokens(settings: WeDLMSettings, generation_config: GenerationConfig) -> None:
