@@ -35,7 +35,9 @@ SETTINGS = {
     "typical+epsilon": dict(typical_p=0.5, epsilon_cutoff=0.08),
     "eta+top_k": dict(eta_cutoff=0.02, top_k=3),
     "repetition_penalty+top_k": dict(repetition_penalty=3.0, top_k=3),
+    "prompt_lookup+top_k": dict(top_k=2, wedlm_prompt_lookup=True, wedlm_prompt_lookup_ngram=1),
 }
+"""Warper settings; in the last, prompt lookup's drafts (one-hot proposals) join the mask slots' after a rejection."""
 
 
 def _model(family: str):
@@ -124,10 +126,14 @@ def _power(df: int, draws: int) -> float:
 
 @pytest.mark.parametrize("setting", list(SETTINGS))
 def test_lossless_sampling_has_the_models_distribution(setting):
-    options, depth = SETTINGS[setting], 3 if setting == "temperature+top_k" else 2
+    options = SETTINGS[setting]
+    depth = 3 if options.get("top_k") == 2 else 2  # three tokens where two per step keep the cells few
     family = "llama" if setting == "top_p" else "wedlm"
     model = _model(family)
     prompts, attention = random_prompts([6, 3], seed=7)
+    if options.get("wedlm_prompt_lookup"):  # prompts made of the likeliest tokens, so the context often matches
+        likely = model.lm_head.bias.topk(3).indices
+        prompts[0, :], prompts[1, 3:] = likely[[0, 1, 2, 0, 1, 2]], likely[[2, 1, 0]]
     input_ids, attention_mask = prompts.repeat(DRAWS // 2, 1), attention.repeat(DRAWS // 2, 1)
     torch.manual_seed(0)
     output = model.generate(
@@ -138,6 +144,8 @@ def test_lossless_sampling_has_the_models_distribution(setting):
     stats = output.wedlm_stats.summary()
     assert stats["accepted"] > 0.2 * stats["generated"] / depth, stats  # drafts are really verified and accepted
     assert stats["accepted"] < stats["drafted"], stats  # and some are rejected: both branches run
+    if options.get("wedlm_prompt_lookup"):  # mask slots draft 2 per row (window 3), never after a rejection
+        assert stats["drafted"] > 2 * DRAWS, stats
     generated = output.sequences[:, input_ids.shape[1] :].tolist()
     warpers, exact, counts = _warpers(options), {}, {}
     for row, (prompt, mask) in enumerate(zip(prompts, attention)):

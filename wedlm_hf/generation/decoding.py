@@ -18,6 +18,7 @@ from transformers.generation.streamers import BaseStreamer
 from .dynamic import DynamicBackend
 from .fill import SlotFiller
 from .lossless import LosslessPolicy
+from .lookup import PromptLookup
 from .loop import DecodeLoop, run
 from .outputs import WeDLMGenerateOutput
 from .plain import PlainPolicy
@@ -47,6 +48,9 @@ def wedlm_decode(
     wedlm_lossless=UNSET,
     wedlm_draft_schedule=UNSET,
     wedlm_static=UNSET,
+    wedlm_prompt_lookup=UNSET,
+    wedlm_prompt_lookup_ngram=UNSET,
+    wedlm_prompt_lookup_tokens=UNSET,
     **model_kwargs,
 ) -> WeDLMGenerateOutput | torch.LongTensor:
     """WeDLM decoding loop; use as `model.generate(custom_generate=wedlm_decode, mask_token_id=..., ...)`.
@@ -63,7 +67,8 @@ def wedlm_decode(
         generation_config, model.config, vocab_size, window_size=wedlm_window_size,
         entropy_threshold=wedlm_entropy_threshold, pos_penalty_factor=wedlm_pos_penalty_factor,
         mask_token_id=mask_token_id, blockwise=wedlm_blockwise, lossless=wedlm_lossless,
-        draft_schedule=wedlm_draft_schedule, static=wedlm_static,
+        draft_schedule=wedlm_draft_schedule, static=wedlm_static, prompt_lookup=wedlm_prompt_lookup,
+        prompt_lookup_ngram=wedlm_prompt_lookup_ngram, prompt_lookup_tokens=wedlm_prompt_lookup_tokens,
     )
     logits_processor, suppressed = split_suppressed(logits_processor)
     check_settings(settings, model, generation_config, logits_processor)
@@ -112,7 +117,10 @@ def start_decoding(
     if settings.lossless:
         verifier = Verifier(logits_processor, record, do_sample)
         adaptive = settings.draft_schedule == "adaptive"
-        policy = LosslessPolicy(layout, record, filler, state, adaptive, verifier)
+        lookup = None
+        if settings.prompt_lookup:
+            lookup = PromptLookup(settings.prompt_lookup_ngram, settings.prompt_lookup_tokens)
+        policy = LosslessPolicy(layout, record, filler, state, adaptive, verifier, lookup)
     else:
         policy = PlainPolicy(layout, record, filler, blockwise=settings.blockwise)
     if settings.static:

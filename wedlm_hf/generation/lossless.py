@@ -23,6 +23,7 @@ import torch
 
 from .fill import SlotFiller, gather_columns
 from .record import OutputRecord
+from .lookup import PromptLookup
 from .verify import Verifier, greedy_accept
 from .window import Forward, StepPlan, WindowLayout, WindowState, leading_filled, shift
 
@@ -68,7 +69,9 @@ class LosslessPolicy:
     double plus one, up to the most. A row at zero drafts runs AR and tries one draft again after `probe_wait`
     forwards, a wait that doubles (from `FIRST_AR_RUN` to `LONGEST_AR_RUN`) each time no draft is accepted and
     resets when one is.
-    `"full"` drafts every slot of a `window_size` window, always.
+    `"full"` drafts every slot of a `window_size` window, always. With prompt lookup (`lookup.py`), a row whose
+    slot after the certain token holds no mask prediction takes the context's continuation there, whatever its
+    `draft_limit`: such a draft costs no forward of its own.
     """
 
     counter_names = ("drafted", "accepted", "corrected")
@@ -81,12 +84,14 @@ class LosslessPolicy:
         state: WindowState,
         adaptive: bool,
         verifier: Verifier,
+        lookup: PromptLookup | None = None,
     ):
         self.layout = layout
         self.record = record
         self.filler = filler
         self.adaptive = adaptive
         self.verifier = verifier
+        self.lookup = lookup
         self.most_drafts = max(layout.window_size - 2, 0)
         length = state.length
         self.drafts = DraftState(
@@ -116,8 +121,9 @@ class LosslessPolicy:
     def checked(self, values: list[int]) -> None:
         if values and values[0]:
             raise ValueError(
-                "The model's greedy next token is the mask token; `wedlm_lossless=True` needs a model that never "
-                "emits `mask_token_id` as a next token (any WeDLM-trained checkpoint)."
+                "The model's next token is the mask token; `wedlm_lossless=True` needs a model that never emits "
+                "`mask_token_id` as a next token (any WeDLM-trained checkpoint; when sampling, pass "
+                "`suppress_tokens=[mask_token_id]` to rule it out)."
             )
 
     def update(self, state: WindowState, plan: StepPlan, forward: Forward) -> torch.Tensor:
@@ -132,6 +138,7 @@ class LosslessPolicy:
             scores = self.verifier.scores(state, raw, torch.ones_like(none))
             self._place_certain(state, self.verifier.next_tokens(scores)[:, 0], raw, scores)
             self.filler.fill(state, forward.logits, slot_physical, self._fillable(state), self.draft_probs)
+            self._draft_from_context(state)
             return none
         if forward.fed == 1 and not state.scores.kinds:
             return self._ar_only_update(state, plan, forward)
@@ -174,6 +181,7 @@ class LosslessPolicy:
         if self.adaptive:
             self._adapt(drafts, accepted, corrected)
         self._limit_window(state)
+        self._draft_from_context(state)
         return 1 + accepted
 
     def _ar_only_update(self, state: WindowState, plan: StepPlan, forward: Forward) -> torch.Tensor:
@@ -192,11 +200,32 @@ class LosslessPolicy:
         if self.adaptive:
             self._probe(self.drafts.draft_limit)
         self._limit_window(state)
+        self._draft_from_context(state)
         return one
 
     def _source(self, by: torch.Tensor) -> torch.Tensor:
         """(rows, width, 1) the slot each slot takes its draft distribution from after a shift by `by`."""
         return (self.layout.slots + by[:, None]).clamp(max=self.layout.width - 1)[..., None]
+
+    def _draft_from_context(self, state: WindowState) -> None:
+        """Prompt lookup: rows whose slot after the certain token is empty (no mask prediction drafted there: after
+        a correction, or at zero drafts) take the context's continuation as drafts, the window growing to hold
+        them and one mask slot after them (within `window_size` and max_new_tokens)."""
+        if self.lookup is None:
+            return
+        tokens, count = self.lookup.continuation(self.record, state)
+        room = torch.clamp(state.max_new_tokens - state.generated, max=self.layout.window_size)
+        count = torch.minimum(count, room - 1).masked_fill(state.window[:, 1] != self.layout.mask_id, 0)
+        size = min(self.lookup.tokens, self.layout.window_size - 1)
+        placed = self.layout.slots[:, :size] < count[:, None]
+        drafts = state.window[:, 1 : 1 + size]  # views: the drafts land in the state
+        drafts.copy_(torch.where(placed, tokens[:, :size], drafts))
+        state.fill_step[:, 1 : 1 + size].masked_fill_(placed, self.record.steps)
+        if self.draft_probs is not None:  # a lookup draft is a proposal of probability 1
+            probs = self.draft_probs[:, 1 : 1 + size]  # a view
+            one_hot = torch.zeros_like(probs).scatter_(-1, tokens[:, :size, None], 1.0)
+            probs.copy_(torch.where(placed[..., None], one_hot, probs))
+        state.length = torch.where(count > 0, torch.maximum(state.length, torch.minimum(count + 2, room)), state.length)
 
     def _fillable(self, state: WindowState) -> torch.Tensor:
         window_size = self.layout.window_size

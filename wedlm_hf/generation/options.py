@@ -41,6 +41,9 @@ OPTIONS = (
     WeDLMOption("wedlm_blockwise", "blockwise", False, "true or false", in_rows=True),
     WeDLMOption("wedlm_lossless", "lossless", False, "true or false", in_rows=True, in_serve=True),
     WeDLMOption("wedlm_draft_schedule", "draft_schedule", "adaptive", "'adaptive' or 'full'"),
+    WeDLMOption("wedlm_prompt_lookup", "prompt_lookup", False, "true or false", in_rows=True, in_serve=True),
+    WeDLMOption("wedlm_prompt_lookup_ngram", "prompt_lookup_ngram", 2, "an integer >= 1", in_rows=True),
+    WeDLMOption("wedlm_prompt_lookup_tokens", "prompt_lookup_tokens", 10, "an integer >= 1", in_rows=True),
     WeDLMOption("wedlm_static", "static", False, "true or false"),
 )
 

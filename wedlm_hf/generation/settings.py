@@ -36,6 +36,11 @@ class WeDLMSettings:
     blockwise: bool = False
     lossless: bool = False
     draft_schedule: str = "adaptive"
+    prompt_lookup: bool = False
+    """Lossless mode also drafts from the context (`lookup.py`), `prompt_lookup_tokens` after a match of the last
+    `prompt_lookup_ngram` tokens."""
+    prompt_lookup_ngram: int = BY_SETTING["prompt_lookup_ngram"].default
+    prompt_lookup_tokens: int = BY_SETTING["prompt_lookup_tokens"].default
     static: bool = False
     """Fixed-shape steps over a preallocated cache (generation/static.py), for torch.compile / CUDA graphs."""
 
@@ -53,6 +58,9 @@ class WeDLMSettings:
         lossless=UNSET,
         draft_schedule=UNSET,
         static=UNSET,
+        prompt_lookup=UNSET,
+        prompt_lookup_ngram=UNSET,
+        prompt_lookup_tokens=UNSET,
     ) -> "WeDLMSettings":
         def pick(value, setting: str, default=UNSET):
             if value is not UNSET:
@@ -72,6 +80,11 @@ class WeDLMSettings:
         blockwise = pick(blockwise, "blockwise")
         schedule_passed = draft_schedule is not UNSET
         draft_schedule = pick(draft_schedule, "draft_schedule")
+        sizes = (("ngram", prompt_lookup_ngram), ("tokens", prompt_lookup_tokens))
+        sizes_passed = [name for name, size in sizes if size is not UNSET]
+        prompt_lookup = pick(prompt_lookup, "prompt_lookup")
+        prompt_lookup_ngram = pick(prompt_lookup_ngram, "prompt_lookup_ngram")
+        prompt_lookup_tokens = pick(prompt_lookup_tokens, "prompt_lookup_tokens")
         # `cache_implementation="static"`, transformers' switch for compiled AR decoding, selects the same for WeDLM
         static = pick(static, "static", getattr(generation_config, "cache_implementation", None) == "static")
         if mask_token_id is None:
@@ -97,7 +110,8 @@ class WeDLMSettings:
             raise ValueError(
                 f"`mask_token_id` must be an integer id inside the vocabulary [0, {vocab_size}), got {mask_token_id!r}."
             )
-        for name, flag in (("wedlm_blockwise", blockwise), ("wedlm_lossless", lossless), ("wedlm_static", static)):
+        flags = (("wedlm_blockwise", blockwise), ("wedlm_lossless", lossless), ("wedlm_static", static))
+        for name, flag in (*flags, ("wedlm_prompt_lookup", prompt_lookup)):
             if not isinstance(flag, bool):
                 raise ValueError(f"`{name}` must be True or False, got {flag!r}.")
         if not static and getattr(generation_config, "compile_config", None) is not None:
@@ -113,7 +127,23 @@ class WeDLMSettings:
             raise ValueError(
                 "`wedlm_draft_schedule` sets how lossless mode drafts; pass `wedlm_lossless=True` with it, or drop it."
             )
+        for name, size in (("ngram", prompt_lookup_ngram), ("tokens", prompt_lookup_tokens)):
+            if isinstance(size, bool) or not isinstance(size, Integral) or size < 1:
+                raise ValueError(f"`wedlm_prompt_lookup_{name}` must be an integer >= 1, got {size!r}.")
+        if prompt_lookup and not lossless:
+            raise ValueError(
+                "`wedlm_prompt_lookup=True` drafts from the context for lossless mode to verify; pass "
+                "`wedlm_lossless=True` with it, or drop it."
+            )
+        if sizes_passed and not prompt_lookup:
+            raise ValueError(
+                f"`wedlm_prompt_lookup_{sizes_passed[0]}` sizes prompt lookup; pass `wedlm_prompt_lookup=True` "
+                "(and `wedlm_lossless=True`) with it, or drop it."
+            )
         return cls(
+            prompt_lookup=prompt_lookup,
+            prompt_lookup_ngram=int(prompt_lookup_ngram),
+            prompt_lookup_tokens=int(prompt_lookup_tokens),
             blockwise=blockwise,
             lossless=lossless,
             draft_schedule=draft_schedule,

@@ -31,8 +31,9 @@ def reject_unsupported(generation_config: GenerationConfig) -> None:
         raise UnsupportedRequest(f"WeDLM decoding is not beam search: got num_beams={num_beams}; use num_beams=1.")
     if given("prompt_lookup_num_tokens") is not None:
         raise UnsupportedRequest(
-            "`prompt_lookup_num_tokens` selects prompt-lookup decoding, which WeDLM decoding does not combine with "
-            "(its window already drafts several tokens per forward); drop it."
+            "`prompt_lookup_num_tokens` selects transformers' prompt-lookup decoding; WeDLM has its own, verified "
+            "with its window's drafts: drop it and pass `wedlm_lossless=True, wedlm_prompt_lookup=True` "
+            "(`wedlm_prompt_lookup_tokens` sets the draft length)."
         )
     for name in ("output_hidden_states", "output_attentions"):
         if given(name):
