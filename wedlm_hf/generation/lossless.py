@@ -46,7 +46,11 @@ class DraftState:
     ar_run: torch.Tensor
     probe_wait: torch.Tensor
     mask_predicted: torch.Tensor
-    """A row whose greedy next token was the mask id (reported at the next sync: lossless cannot go on)."""
+    """A row whose next token was the mask id (reported at the next sync: lossless cannot go on)."""
+    from_lookup: torch.Tensor
+    lookup_ok: torch.Tensor
+    """Prompt lookup: whether the row's drafts came from the context (the adaptive limit ignores those), and
+    whether its last lookup drafts were not all rejected."""
 
     def select(self, index: torch.Tensor) -> None:
         for field in fields(self):
@@ -98,6 +102,7 @@ class LosslessPolicy:
             drafted=torch.zeros_like(length), accepted=torch.zeros_like(length), corrected=torch.zeros_like(length),
             draft_limit=torch.full_like(length, self.most_drafts), ar_run=torch.zeros_like(length),
             probe_wait=torch.full_like(length, FIRST_AR_RUN), mask_predicted=torch.zeros_like(state.done),
+            from_lookup=torch.zeros_like(state.done), lookup_ok=torch.ones_like(state.done),
         )
         self.draft_probs: torch.Tensor | None = None
         """Sampling: (rows, width, vocab) the distribution q each draft was drawn from (from the first forward)."""
@@ -158,6 +163,7 @@ class LosslessPolicy:
         counts = self.drafts
         counts.drafted, counts.accepted = counts.drafted + drafts, counts.accepted + accepted
         counts.corrected = counts.corrected + corrected
+        counts.lookup_ok = ~counts.from_lookup | (accepted > 0)
         # 3. commit the accepted drafts (their K/V are this forward's), then the verified token becomes certain; each
         #    committed token carries the logits and scores of the position before it
         if state.scores.kinds:
@@ -178,8 +184,9 @@ class LosslessPolicy:
         if masks:
             fillable = self._fillable(state) & ~corrected[:, None]
             self.filler.fill(state, logits[:, fed - masks :], slot_physical - (fed - masks), fillable, self.draft_probs)
-        if self.adaptive:
-            self._adapt(drafts, accepted, corrected)
+        if self.adaptive:  # the limit follows the mask predictions' drafts only
+            mask_drafted = ~counts.from_lookup
+            self._adapt(drafts * mask_drafted, accepted * mask_drafted, corrected & mask_drafted)
         self._limit_window(state)
         self._draft_from_context(state)
         return 1 + accepted
@@ -208,24 +215,17 @@ class LosslessPolicy:
         return (self.layout.slots + by[:, None]).clamp(max=self.layout.width - 1)[..., None]
 
     def _draft_from_context(self, state: WindowState) -> None:
-        """Prompt lookup: rows whose slot after the certain token is empty (no mask prediction drafted there: after
-        a correction, or at zero drafts) take the context's continuation as drafts, the window growing to hold
-        them and one mask slot after them (within `window_size` and max_new_tokens)."""
+        """Prompt lookup drafts the slots after the certain token in rows whose mask predictions drafted nothing
+        there (after a correction, at zero drafts) and have failed lately: adaptive, a limit below the most;
+        `"full"`, unless the row's last lookup drafts all failed (the two sources then take turns). A failed lookup
+        draft would cost a row whose mask drafts pass the forward predicting its next ones. On the embedded
+        checkpoint's prompt sets this beats either source alone (docs/benchmarks.md)."""
         if self.lookup is None:
             return
-        tokens, count = self.lookup.continuation(self.record, state)
-        room = torch.clamp(state.max_new_tokens - state.generated, max=self.layout.window_size)
-        count = torch.minimum(count, room - 1).masked_fill(state.window[:, 1] != self.layout.mask_id, 0)
-        size = min(self.lookup.tokens, self.layout.window_size - 1)
-        placed = self.layout.slots[:, :size] < count[:, None]
-        drafts = state.window[:, 1 : 1 + size]  # views: the drafts land in the state
-        drafts.copy_(torch.where(placed, tokens[:, :size], drafts))
-        state.fill_step[:, 1 : 1 + size].masked_fill_(placed, self.record.steps)
-        if self.draft_probs is not None:  # a lookup draft is a proposal of probability 1
-            probs = self.draft_probs[:, 1 : 1 + size]  # a view
-            one_hot = torch.zeros_like(probs).scatter_(-1, tokens[:, :size, None], 1.0)
-            probs.copy_(torch.where(placed[..., None], one_hot, probs))
-        state.length = torch.where(count > 0, torch.maximum(state.length, torch.minimum(count + 2, room)), state.length)
+        rows = self.drafts
+        eligible = state.window[:, 1] == self.layout.mask_id
+        eligible &= rows.draft_limit < self.most_drafts if self.adaptive else rows.lookup_ok
+        rows.from_lookup = self.lookup.draft(self.record, state, self.layout, eligible, self.draft_probs)
 
     def _fillable(self, state: WindowState) -> torch.Tensor:
         window_size = self.layout.window_size
