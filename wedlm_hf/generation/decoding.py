@@ -70,7 +70,9 @@ def wedlm_decode(
         draft_schedule=wedlm_draft_schedule, static=wedlm_static, prompt_lookup=wedlm_prompt_lookup,
         prompt_lookup_ngram=wedlm_prompt_lookup_ngram, prompt_lookup_tokens=wedlm_prompt_lookup_tokens,
     )
-    logits_processor, suppressed = split_suppressed(logits_processor)
+    # the mask id marks empty slots: lossless sampling never draws it (`split_suppressed`)
+    never = (settings.mask_token_id,) if settings.lossless and generation_config.do_sample else ()
+    logits_processor, suppressed = split_suppressed(logits_processor, never)
     check_settings(settings, model, generation_config, logits_processor)
     max_new_tokens = generation_config.max_length - input_ids.shape[1]
     mask, prompt_lengths = checked_prompt(model, input_ids, model_kwargs, max_new_tokens)

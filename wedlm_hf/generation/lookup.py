@@ -35,7 +35,7 @@ class PromptLookup:
         first = record.prompt_length - state.first_position  # the first real column (after the left padding)
         found = torch.zeros_like(end, dtype=torch.bool)
         source = torch.zeros_like(end)
-        for size in range(min(self.ngram, width - 1), 0, -1):  # the longest that matches, as transformers' prompt lookup
+        for size in range(min(self.ngram, width - 1), 0, -1):  # the longest match, as transformers' lookup does
             last_gram = ids.gather(1, (end[:, None] - size + 1 + torch.arange(size, device=device)).clamp(min=0))
             grams = ids.unfold(1, size, 1)  # (rows, width - size + 1, size): the n-gram starting at each column
             starts = columns[: grams.shape[1]]

@@ -126,9 +126,8 @@ class LosslessPolicy:
     def checked(self, values: list[int]) -> None:
         if values and values[0]:
             raise ValueError(
-                "The model's next token is the mask token; `wedlm_lossless=True` needs a model that never emits "
-                "`mask_token_id` as a next token (any WeDLM-trained checkpoint; when sampling, pass "
-                "`suppress_tokens=[mask_token_id]` to rule it out)."
+                "The model's greedy next token is the mask token; `wedlm_lossless=True` needs a model that never "
+                "emits `mask_token_id` as a next token (any WeDLM-trained checkpoint)."
             )
 
     def update(self, state: WindowState, plan: StepPlan, forward: Forward) -> torch.Tensor:

@@ -118,14 +118,18 @@ def check_processors(logits_processor: LogitsProcessorList, lossless: bool = Fal
         )
 
 
-def split_suppressed(logits_processor: LogitsProcessorList) -> tuple[LogitsProcessorList, torch.Tensor | None]:
-    """The list without its `SuppressTokensLogitsProcessor`s, and the ids they suppress (None if none).
+def split_suppressed(
+    logits_processor: LogitsProcessorList, also: tuple[int, ...] = ()
+) -> tuple[LogitsProcessorList, torch.Tensor | None]:
+    """The list without its `SuppressTokensLogitsProcessor`s, and the ids they suppress plus `also` (None if none).
 
     Suppressing a token depends on nothing but the token, so the loop applies it to every forward's logits, every
     slot alike. That keeps lossless mode exact under `suppress_tokens` (greedy `generate()` suppresses the same
-    ids before its argmax), which a fine-tuned model's generation config uses to keep the mask token out.
+    ids before its argmax), which a fine-tuned model's generation config uses to keep the mask token out. Lossless
+    sampling passes the mask id as `also`: it marks empty slots, so it is never drawn, which is exact when the model
+    gives it no probability (WeDLM-trained checkpoints) and otherwise off by at most that probability per token.
     """
-    kept, suppressed = LogitsProcessorList(), []
+    kept, suppressed = LogitsProcessorList(), list(also)
     for processor in logits_processor or ():
         if type(processor) is lp.SuppressTokensLogitsProcessor:
             suppressed += processor.suppress_tokens.tolist()
