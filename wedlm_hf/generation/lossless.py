@@ -105,7 +105,8 @@ class LosslessPolicy:
             from_lookup=torch.zeros_like(state.done), lookup_ok=torch.ones_like(state.done),
         )
         self.draft_probs: torch.Tensor | None = None
-        """Sampling: (rows, width, vocab) the distribution q each draft was drawn from (from the first forward)."""
+        """Sampling: (rows, window_size, vocab) the distribution q each draft was drawn from (drafts live in the
+        first `window_size` slots), allocated at the first forward."""
         self.started = False
         """Whether the first forward ran: it has no certain token yet, only the prompt's AR prediction."""
         self._limit_window(state)
@@ -136,7 +137,8 @@ class LosslessPolicy:
             self.started = True
             none = torch.zeros_like(plan.length)
             if self.verifier.do_sample:
-                self.draft_probs = torch.zeros(*state.window.shape, forward.logits.shape[-1], device=none.device)
+                shape = (state.window.shape[0], self.layout.window_size, forward.logits.shape[-1])
+                self.draft_probs = torch.zeros(shape, device=none.device)
             slot_physical = shift(state, self.layout, none, plan.length, forward.physical)
             raw = forward.prompt_logits[:, None]
             scores = self.verifier.scores(state, raw, torch.ones_like(none))
@@ -162,7 +164,8 @@ class LosslessPolicy:
         counts = self.drafts
         counts.drafted, counts.accepted = counts.drafted + drafts, counts.accepted + accepted
         counts.corrected = counts.corrected + corrected
-        counts.lookup_ok = ~counts.from_lookup | (accepted > 0)
+        if self.lookup is not None:
+            counts.lookup_ok = ~counts.from_lookup | (accepted > 0)
         # 3. commit the accepted drafts (their K/V are this forward's), then the verified token becomes certain; each
         #    committed token carries the logits and scores of the position before it
         if state.scores.kinds:
@@ -183,9 +186,11 @@ class LosslessPolicy:
         if masks:
             fillable = self._fillable(state) & ~corrected[:, None]
             self.filler.fill(state, logits[:, fed - masks :], slot_physical - (fed - masks), fillable, self.draft_probs)
-        if self.adaptive:  # the limit follows the mask predictions' drafts only
+        if self.adaptive and self.lookup is not None:  # the limit follows the mask predictions' drafts only
             mask_drafted = ~counts.from_lookup
             self._adapt(drafts * mask_drafted, accepted * mask_drafted, corrected & mask_drafted)
+        elif self.adaptive:
+            self._adapt(drafts, accepted, corrected)
         self._limit_window(state)
         self._draft_from_context(state)
         return 1 + accepted
@@ -210,8 +215,10 @@ class LosslessPolicy:
         return one
 
     def _source(self, by: torch.Tensor) -> torch.Tensor:
-        """(rows, width, 1) the slot each slot takes its draft distribution from after a shift by `by`."""
-        return (self.layout.slots + by[:, None]).clamp(max=self.layout.width - 1)[..., None]
+        """(rows, window_size, 1) the slot each slot takes its draft distribution from after a shift by `by` (a
+        slot coming from past `window_size` is a mask: its distribution is never read)."""
+        window_size = self.layout.window_size
+        return (self.layout.slots[:, :window_size] + by[:, None]).clamp(max=window_size - 1)[..., None]
 
     def _draft_from_context(self, state: WindowState) -> None:
         """Prompt lookup drafts the slots after the certain token in rows whose mask predictions drafted nothing
