@@ -61,7 +61,7 @@ def wedlm_decode(
     config's attributes of those names, else the defaults of `WeDLMSettings`. Prefer `generate(decoding="wedlm")`
     (via `enable`): transformers 5.x hands a callable neither the streamer nor the tokenizer `stop_strings` need.
     """
-    check_request(model, generation_config, logits_processor, model_kwargs, synced_gpus)
+    check_request(model, generation_config, model_kwargs, synced_gpus)
     vocab_size = model.config.get_text_config().vocab_size
     settings = WeDLMSettings.resolve(
         generation_config, model.config, vocab_size, window_size=wedlm_window_size,

@@ -82,13 +82,10 @@ def reject_other_modes(generation_config: GenerationConfig) -> None:
 
 
 def check_request(
-    model: PreTrainedModel,
-    generation_config: GenerationConfig,
-    logits_processor: LogitsProcessorList,
-    model_kwargs: dict,
-    synced_gpus: bool,
+    model: PreTrainedModel, generation_config: GenerationConfig, model_kwargs: dict, synced_gpus: bool
 ) -> None:
-    """The model and the options of one request, before its WeDLM settings are resolved."""
+    """The model and the options of one request, before its WeDLM settings are resolved (the logits processors
+    are checked with them: what lossless mode honours differs, `check_settings`)."""
     check_supported(model)
     reject_unsupported(generation_config)
     reject_other_modes(generation_config)
