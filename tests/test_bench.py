@@ -12,7 +12,8 @@ from wedlm_hf.bench.runner import agreement
 from wedlm_hf.cli import main
 
 ALL_ARMS = {
-    "ar", "prompt_lookup", "wedlm", "wedlm_blockwise", "wedlm_lossless", "nocache",
+    "ar", "prompt_lookup", "wedlm", "wedlm_blockwise", "wedlm_lossless", "wedlm_lossless_lookup",
+    "wedlm_lossless_sampled", "nocache",
     "wedlm@1slot", "wedlm@0.5", "wedlm_blockwise@1slot", "wedlm_blockwise@0.5",
 }
 
@@ -44,7 +45,8 @@ def test_every_arm_is_reported(result, tmp_path):
     assert {r["arm"] for r in data["sets"]["random"]} == ALL_ARMS
     plot(result, tmp_path / "bench.png")
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert rows["wedlm_lossless"].identical == 1.0, "lossless mode must reproduce the ar arm exactly"
+    for name in ("wedlm_lossless", "wedlm_lossless_lookup"):
+        assert rows[name].identical == 1.0, f"{name} must reproduce the ar arm exactly"
     for r in rows.values():
         assert r.tokens_per_s > 0 and r.forwards > 0 and len(r.tokens_per_s_repeats) == 2
         assert 0 <= r.token_match <= 1 and r.identical <= r.token_match + 1e-9

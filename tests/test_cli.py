@@ -147,7 +147,6 @@ USER_ERRORS = [
     (["generate", "x", "--ar", "--max-new-tokens", "5000"], "shorten the prompt or lower --max-new-tokens"),
     (["generate", "x", "--temperature", "0.5"], "add --do-sample"),
     (["generate", "x", "--ar", "--threshold", "0.3"], "--ar turns off"),
-    (["generate", "x", "--lossless", "--do-sample"], "lossless"),
     (["generate", "x", "--model", "/no/such/model"], "no such folder"),
     (["generate", "x", "--device", "nowhere"], "--device"),
     (["bench", "--thresholds", "high", "--num-prompts", "1", "--lengths", ""], "high"),

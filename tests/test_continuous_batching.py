@@ -72,7 +72,14 @@ def assert_alone_equal(model, config, requests, results, **options):
 
 
 @pytest.mark.parametrize("family", ["wedlm", "llama"])
-@pytest.mark.parametrize("wedlm", [{}, {"wedlm_lossless": True}, {"wedlm_entropy_threshold": None}], ids=str)
+@pytest.mark.parametrize(
+    "wedlm",
+    [
+        {}, {"wedlm_lossless": True}, {"wedlm_lossless": True, "wedlm_prompt_lookup": True},
+        {"wedlm_entropy_threshold": None},
+    ],
+    ids=str,
+)
 def test_staggered_requests_decode_as_alone(family, wedlm):
     model = wedlm_hf.enable(tiny_model(family))
     config = server_config(model, **wedlm)

@@ -217,8 +217,8 @@ def test_lossless_toggle_reaches_the_wedlm_side_only():
     params = validate_params(**{**DEFAULTS, "lossless": True})
     assert generate_options(params, "wedlm")["wedlm_lossless"] is True
     assert "wedlm_lossless" not in generate_options(params, "ar")
-    with pytest.raises(InputError, match="temperature"):
-        validate_params(**{**DEFAULTS, "lossless": True, "temperature": 0.7})
+    sampled = generate_options(validate_params(**{**DEFAULTS, "lossless": True, "temperature": 0.7}), "wedlm")
+    assert sampled["wedlm_lossless"] is True and sampled["do_sample"] is True  # lossless sampling: exact in law
     with pytest.raises(InputError, match="Lossless"):
         validate_params(**{**DEFAULTS, "lossless": "yes"})
 

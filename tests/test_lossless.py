@@ -52,16 +52,6 @@ def test_lossless_accepts_drafts_when_drafts_are_right():
     assert output.wedlm_stats.summary()["accepted"] > 0
 
 
-def test_lossless_rejects_sampling_and_processors():
-    model = tiny_model("wedlm", peak=40)
-    input_ids, attention_mask = random_prompts([4])
-    common = dict(input_ids=input_ids, attention_mask=attention_mask, decoding="wedlm", wedlm_lossless=True)
-    with pytest.raises(ValueError, match="do_sample"):
-        model.generate(**common, do_sample=True)
-    with pytest.raises(ValueError, match="RepetitionPenalty"):
-        model.generate(**common, repetition_penalty=1.3)
-
-
 def _lossless(model, input_ids, attention_mask, schedule, **options):
     return model.generate(
         input_ids=input_ids,

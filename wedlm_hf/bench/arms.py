@@ -1,7 +1,8 @@
 """The decoding methods a benchmark compares ("arms"), each one entry of `FAMILIES`.
 
-An arm decodes one prompt greedily and returns its continuation plus WeDLM statistics when it has them. Every
-`generate`-based family is just its keyword arguments, so a new method (e.g. `wedlm_lossless`) is one line.
+An arm decodes one prompt (greedily unless its keywords sample) and returns its continuation plus WeDLM
+statistics when it has them. Every `generate`-based family is just its keyword arguments, so a new method (e.g.
+`wedlm_lossless`) is one line.
 """
 
 from collections.abc import Sequence
@@ -22,9 +23,13 @@ FAMILIES: dict[str, dict] = {
     "wedlm": {"decoding": "wedlm"},
     "wedlm_blockwise": {"decoding": "wedlm", "wedlm_blockwise": True},
     "wedlm_lossless": {"decoding": "wedlm", "wedlm_lossless": True},
+    "wedlm_lossless_lookup": {"decoding": "wedlm", "wedlm_lossless": True, "wedlm_prompt_lookup": True},
+    "wedlm_lossless_sampled": {"decoding": "wedlm", "wedlm_lossless": True, "do_sample": True, "temperature": 0.7},
     "nocache": {"decoding": "reference"},
 }
-"""Family name -> `generate` keywords; `decoding="reference"` runs the cache-free `reference_decode` instead."""
+"""Family name -> `generate` keywords; `decoding="reference"` runs the cache-free `reference_decode` instead.
+`wedlm_lossless_sampled` draws from the model's distribution at temperature 0.7 (its output is not the ar arm's;
+its tokens per forward compare with `wedlm_lossless`)."""
 
 THRESHOLD_SWEPT = ("wedlm", "wedlm_blockwise")
 """Families that are also run at every threshold of the sweep (speed/quality curve, paper Fig. 4a)."""
@@ -75,9 +80,8 @@ def _generate(
         input_ids,
         attention_mask=torch.ones_like(input_ids),
         max_new_tokens=max_new_tokens,
-        do_sample=False,
         return_dict_in_generate=True,
-        **options,
+        **{"do_sample": False, **options},
     )
     stats = getattr(output, "wedlm_stats", None)
     return Decoded(output.sequences[0, input_ids.shape[1] :].tolist(), stats.summary() if stats is not None else None)

@@ -1,4 +1,5 @@
-"""Prompt sets: held-out Python stdlib code, counting sequences, a user's JSONL file, or random ids.
+"""Prompt sets: held-out Python stdlib code, counting sequences, input-grounded edit requests on held-out
+functions, a user's JSONL file, or random ids.
 
 The embedded checkpoint is trained on stdlib files, so code prompts must come from files it never saw: the
 "eval" split of `wedlm_hf.training.corpus`. An install without the training package falls back to a fixed rule
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-PROMPT_SETS = ("code", "counting")
+PROMPT_SETS = ("code", "counting", "grounded")
 
 
 def _held_out_files() -> list[Path]:
@@ -44,6 +45,47 @@ def code_prompts(count: int, max_chars: int = 600) -> list[str]:
     return prompts
 
 
+def held_out_functions(count: int, max_chars: int = 900) -> list[str]:
+    """The first whole top-level function of each held-out stdlib file that has one of at most `max_chars`."""
+    functions = []
+    for path in _held_out_files():
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
+        for start, line in enumerate(lines):
+            if not line.startswith("def "):
+                continue
+            end = next((i for i in range(start + 1, len(lines)) if lines[i].strip() and not lines[i][0].isspace()),
+                       len(lines))
+            text = "".join(lines[start:end]).rstrip() + "\n"
+            if len(text) <= max_chars:
+                functions.append(text)
+                break
+        if len(functions) == count:
+            break
+    return functions
+
+
+GROUNDED_REQUESTS = (
+    "Add a docstring to this function. Reply with the whole function.",
+    "Rename the function to `helper` and keep everything else. Reply with the whole function.",
+    "Reformat this function with double quotes for every string. Reply with the whole function.",
+)
+"""Edit, document and reformat requests: most of each answer copies the quoted function (prompt lookup's case)."""
+
+
+def grounded_prompts(count: int, tokenizer=None) -> list[str]:
+    """Requests to edit a held-out function, quoted in the prompt: through the tokenizer's chat template when it
+    has one (an instruct model), else as a code comment followed by the start of the answer."""
+    prompts = []
+    for index, function in enumerate(held_out_functions(count)):
+        request = GROUNDED_REQUESTS[index % len(GROUNDED_REQUESTS)]
+        if getattr(tokenizer, "chat_template", None):
+            messages = [{"role": "user", "content": f"{request}\n\n```python\n{function}```"}]
+            prompts.append(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+        else:
+            prompts.append(f"# {request}\n{function}\n# The whole function, edited:\n")
+    return prompts
+
+
 def counting_prompts(count: int, shown: int = 8) -> list[str]:
     """Comma-separated runs of consecutive integers from spread-out starts: the most predictable continuations."""
     return [", ".join(str(n) for n in range(start, start + shown)) + ", " for start in range(1, 97 * count, 97)]
@@ -69,6 +111,8 @@ def load_prompt_set(name: str, count: int, tokenizer=None, vocab_size: int | Non
         texts = code_prompts(count)
     elif name == "counting":
         texts = counting_prompts(count)
+    elif name == "grounded":
+        texts = grounded_prompts(count, tokenizer)
     else:
         texts = jsonl_prompts(name, count)
     return [tokenizer(text)["input_ids"] for text in texts]

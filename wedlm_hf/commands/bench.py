@@ -41,7 +41,8 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--prompts",
         action="append",
         default=None,
-        help="'code', 'counting' or a JSONL file of {\"prompt\": ...}; repeatable (default: code and counting)",
+        help="'code', 'counting', 'grounded' (requests to edit a quoted held-out function) or a JSONL file of "
+        "{\"prompt\": ...}; repeatable (default: all three)",
     )
     parser.add_argument("--num-prompts", type=int, help=f"prompts per set (default {FULL['num_prompts']})")
     parser.add_argument("--max-new-tokens", type=int, help=f"default {FULL['max_new_tokens']}")

@@ -71,7 +71,7 @@ class WeDLMScheduler:
         self.device = device = model.device
         model._prepare_special_tokens(config, kwargs_has_attention_mask=True, device=device)
         processors = model._get_logits_processor(config, device=device, model_kwargs={})
-        check_request(model, config, processors, {}, synced_gpus=False)
+        check_request(model, config, {}, synced_gpus=False)
         self.processors, suppressed = split_suppressed(processors)
         self.vocab_size = model.config.get_text_config().vocab_size
         self.settings = WeDLMSettings.resolve(config, model.config, self.vocab_size)

@@ -156,8 +156,6 @@ def validate_params(
     params = DecodeParams(*(int(v) if spec.integer else float(v) for spec, v in zip(SLIDERS.values(), checked)))
     if not isinstance(lossless, bool):
         raise InputError(f"Lossless must be true or false, got {lossless!r}.")
-    if lossless and params.temperature > 0:
-        raise InputError("Lossless mode reproduces greedy decoding: set the temperature to 0.")
     return replace(params, lossless=lossless)
 
 

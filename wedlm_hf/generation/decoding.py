@@ -18,6 +18,7 @@ from transformers.generation.streamers import BaseStreamer
 from .dynamic import DynamicBackend
 from .fill import SlotFiller
 from .lossless import LosslessPolicy
+from .lookup import PromptLookup
 from .loop import DecodeLoop, run
 from .outputs import WeDLMGenerateOutput
 from .plain import PlainPolicy
@@ -26,6 +27,7 @@ from .record import OutputRecord
 from .settings import UNSET, WeDLMSettings
 from .static import StaticBackend
 from .validation import check_request, check_settings, checked_prompt
+from .verify import Verifier
 from .window import WindowLayout, WindowScores, WindowState
 
 
@@ -46,6 +48,9 @@ def wedlm_decode(
     wedlm_lossless=UNSET,
     wedlm_draft_schedule=UNSET,
     wedlm_static=UNSET,
+    wedlm_prompt_lookup=UNSET,
+    wedlm_prompt_lookup_ngram=UNSET,
+    wedlm_prompt_lookup_tokens=UNSET,
     **model_kwargs,
 ) -> WeDLMGenerateOutput | torch.LongTensor:
     """WeDLM decoding loop; use as `model.generate(custom_generate=wedlm_decode, mask_token_id=..., ...)`.
@@ -56,15 +61,18 @@ def wedlm_decode(
     config's attributes of those names, else the defaults of `WeDLMSettings`. Prefer `generate(decoding="wedlm")`
     (via `enable`): transformers 5.x hands a callable neither the streamer nor the tokenizer `stop_strings` need.
     """
-    check_request(model, generation_config, logits_processor, model_kwargs, synced_gpus)
+    check_request(model, generation_config, model_kwargs, synced_gpus)
     vocab_size = model.config.get_text_config().vocab_size
     settings = WeDLMSettings.resolve(
         generation_config, model.config, vocab_size, wedlm_window_size=wedlm_window_size,
         wedlm_entropy_threshold=wedlm_entropy_threshold, wedlm_pos_penalty_factor=wedlm_pos_penalty_factor,
         mask_token_id=mask_token_id, wedlm_blockwise=wedlm_blockwise, wedlm_lossless=wedlm_lossless,
-        wedlm_draft_schedule=wedlm_draft_schedule, wedlm_static=wedlm_static,
+        wedlm_draft_schedule=wedlm_draft_schedule, wedlm_static=wedlm_static, wedlm_prompt_lookup=wedlm_prompt_lookup,
+        wedlm_prompt_lookup_ngram=wedlm_prompt_lookup_ngram, wedlm_prompt_lookup_tokens=wedlm_prompt_lookup_tokens,
     )
-    logits_processor, suppressed = split_suppressed(logits_processor)
+    # the mask id marks empty slots: lossless sampling never draws it (`split_suppressed`)
+    never = (settings.mask_token_id,) if settings.lossless and generation_config.do_sample else ()
+    logits_processor, suppressed = split_suppressed(logits_processor, never)
     check_settings(settings, model, generation_config, logits_processor)
     max_new_tokens = generation_config.max_length - input_ids.shape[1]
     mask, prompt_lengths = checked_prompt(model, input_ids, model_kwargs, max_new_tokens)
@@ -105,9 +113,16 @@ def start_decoding(
     backend picked by `settings`, writing to `record`; `max_new_tokens` per row (at most the layout's)."""
     vocab_size = model.config.get_text_config().vocab_size
     state = _first_window(input_ids, mask, layout, tuple(record.token_scores), vocab_size, max_new_tokens)
-    filler = SlotFiller(layout, settings, record, logits_processor, bool(generation_config.do_sample))
+    do_sample = bool(generation_config.do_sample)
+    contiguous = settings.lossless and do_sample
+    filler = SlotFiller(layout, settings, record, logits_processor, do_sample, contiguous)
     if settings.lossless:
-        policy = LosslessPolicy(layout, record, filler, state, adaptive=settings.draft_schedule == "adaptive")
+        verifier = Verifier(logits_processor, record, do_sample)
+        adaptive = settings.draft_schedule == "adaptive"
+        lookup = None
+        if settings.prompt_lookup:
+            lookup = PromptLookup(settings.prompt_lookup_ngram, settings.prompt_lookup_tokens)
+        policy = LosslessPolicy(layout, record, filler, state, adaptive, verifier, lookup)
     else:
         policy = PlainPolicy(layout, record, filler, blockwise=settings.blockwise)
     if settings.static:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import torch
 from transformers import LogitsProcessorList
 
+from .processors import for_rows
 from .record import OutputRecord
 from .selection import choose_slots, slot_entropy
 from .settings import WeDLMSettings
@@ -25,11 +26,20 @@ class SlotFiller:
     """Gives the step number (fill traces) and the committed context logits processors see."""
     logits_processor: LogitsProcessorList
     do_sample: bool
+    contiguous: bool = False
+    """Fill only slots that leave the window's filled slots one leading run (lossless sampling: each draft's q then
+    depends on the tokens before it only, which speculative sampling needs)."""
 
     def fill(
-        self, state: WindowState, logits: torch.Tensor, slot_physical: torch.Tensor, fillable: torch.Tensor
+        self,
+        state: WindowState,
+        logits: torch.Tensor,
+        slot_physical: torch.Tensor,
+        fillable: torch.Tensor,
+        draft_probs: torch.Tensor | None = None,
     ) -> None:
-        """Fill the confident slots among the live, `fillable` ones of the first `window_size` slots.
+        """Fill the confident slots among the live, `fillable` ones of the first `window_size` slots; with sampling,
+        `draft_probs` (rows, slots, vocab) receives the distribution each filled slot was drawn from.
 
         Entropy and the greedy argmax run once per logits column, dense; the slots then gather them. The
         forward's logits are this step's own: the mask column is cleared in place (the mask id is never a
@@ -45,10 +55,12 @@ class SlotFiller:
             entropy = slot_entropy(logits).gather(1, columns)
             settings = self.settings
             chosen = choose_slots(entropy, candidates, settings.entropy_threshold, settings.pos_penalty_factor)
+        if self.contiguous:
+            chosen &= ((state.window[:, :window_size] != self.layout.mask_id) | chosen).int().cumprod(1).bool()
         slot_logits = gather_columns(logits, columns) if scores.keeps_logits else None
         logits[..., self.layout.mask_id] = float("-inf")
         if self.logits_processor or self.do_sample:
-            tokens, slot_scores = self._choose_processed(state, logits, columns, chosen)
+            tokens, slot_scores = self._choose_processed(state, logits, columns, chosen, draft_probs)
         else:
             tokens = logits.argmax(-1).gather(1, columns)
             slot_scores = gather_columns(logits, columns) if scores.keeps_scores else None
@@ -58,17 +70,26 @@ class SlotFiller:
         scores.fill(chosen, scores=slot_scores, logits=slot_logits)
 
     def _choose_processed(
-        self, state: WindowState, logits: torch.Tensor, columns: torch.Tensor, chosen: torch.Tensor
+        self,
+        state: WindowState,
+        logits: torch.Tensor,
+        columns: torch.Tensor,
+        chosen: torch.Tensor,
+        draft_probs: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Tokens (and scores) of the chosen slots through the logits processors/warpers, with each slot's row's
         committed tokens as context, then argmax or a sample. Processors read that context on the host, so this
         path indexes the chosen slots only: vocabulary-wide processor work scales with the slots filled."""
         rows, slots = chosen.nonzero(as_tuple=True)
         scores = logits[rows, columns[rows, slots]]
-        if self.logits_processor:
-            scores = self.logits_processor(self.record.committed_context(state)[rows], scores.float())
+        if self.logits_processor and rows.numel():  # (processors may not take an empty batch)
+            processors = for_rows(self.logits_processor, state.rows[rows])
+            scores = processors(self.record.committed_context(state)[rows], scores.float())
         if self.do_sample:
-            picked = torch.multinomial(torch.softmax(scores.float(), dim=-1), 1).squeeze(1)
+            probs = torch.softmax(scores.float(), dim=-1)
+            picked = torch.multinomial(probs, 1).squeeze(1)
+            if draft_probs is not None:
+                draft_probs[rows, slots] = probs
         else:
             picked = scores.argmax(-1)
         tokens = torch.full_like(columns, self.layout.mask_id)

@@ -1,12 +1,14 @@
-"""Lossless WeDLM: parallel drafts verified by the same forward, so the output is exactly greedy AR decoding.
+"""Lossless WeDLM: parallel drafts verified by the same forward, so the output is exactly the model's AR decoding.
 
-Causal attention makes verification free. The committed prefix ends in one *certain* token c (an AR argmax),
+Causal attention makes verification free. The committed prefix ends in one *certain* token c (the AR choice),
 fed first in every window, followed by the leading drafted slots in logical order; the logits at c and at each
-leading draft are therefore ordinary next-token logits. A draft is committed only while it equals the AR argmax
-of the slot before it; at the first mismatch the AR token takes its place as the next certain token and every
-slot after it returns to MASK (its prediction saw the wrong token). If all leading drafts pass, the AR logits of
-the last one give the next certain token for free. Each forward thus commits at least one token, and the
-committed tokens are the model's greedy AR continuation by construction.
+leading draft are therefore ordinary next-token logits. They are verified as `generate()` would decide there
+(`verify.py`: the call's logits processors with each position's exact prefix, then greedy or speculative
+sampling). A draft is committed only while it passes; at the first failure the verified token takes its place as
+the next certain token and every slot after it returns to MASK (its prediction saw the wrong token). If all
+leading drafts pass, the logits of the last one give the next certain token for free. Each forward thus commits
+at least one token, and the committed tokens are the model's AR continuation by construction (greedy: token for
+token; sampling: in distribution).
 
 New drafts come only from predictions that saw verified tokens: after a correction the row drafts nothing until
 the next forward, which predicts its masks from the corrected prefix. (Drafting from the same forward would use
@@ -21,6 +23,8 @@ import torch
 
 from .fill import SlotFiller, gather_columns
 from .record import OutputRecord
+from .lookup import PromptLookup
+from .verify import Verifier, greedy_accept
 from .window import Forward, StepPlan, WindowLayout, WindowState, leading_filled, shift
 
 FIRST_AR_RUN = 4
@@ -42,7 +46,11 @@ class DraftState:
     ar_run: torch.Tensor
     probe_wait: torch.Tensor
     mask_predicted: torch.Tensor
-    """A row whose greedy next token was the mask id (reported at the next sync: lossless cannot go on)."""
+    """A row whose next token was the mask id (reported at the next sync: lossless cannot go on)."""
+    from_lookup: torch.Tensor
+    lookup_ok: torch.Tensor
+    """Prompt lookup: whether the row's drafts came from the context (the adaptive limit ignores those), and
+    whether its last lookup drafts were not all rejected."""
 
     def select(self, index: torch.Tensor) -> None:
         for field in fields(self):
@@ -54,7 +62,7 @@ class DraftState:
 
 
 class LosslessPolicy:
-    """Greedy AR by verification. Per row, `draft_limit` bounds the drafts a forward checks; a window of
+    """AR decoding by verification. Per row, `draft_limit` bounds the drafts a forward checks; a window of
     `draft_limit + 2` slots yields that many (the certain token, the drafts, and one mask whose prediction
     duplicates the certain token's AR prediction), and `draft_limit` 0 is one-token AR.
 
@@ -65,25 +73,40 @@ class LosslessPolicy:
     double plus one, up to the most. A row at zero drafts runs AR and tries one draft again after `probe_wait`
     forwards, a wait that doubles (from `FIRST_AR_RUN` to `LONGEST_AR_RUN`) each time no draft is accepted and
     resets when one is.
-    `"full"` drafts every slot of a `window_size` window, always.
+    `"full"` drafts every slot of a `window_size` window, always. With prompt lookup (`lookup.py`), a row whose
+    slot after the certain token holds no mask prediction takes the context's continuation there, whatever its
+    `draft_limit`: such a draft costs no forward of its own.
     """
 
     counter_names = ("drafted", "accepted", "corrected")
 
     def __init__(
-        self, layout: WindowLayout, record: OutputRecord, filler: SlotFiller, state: WindowState, adaptive: bool
+        self,
+        layout: WindowLayout,
+        record: OutputRecord,
+        filler: SlotFiller,
+        state: WindowState,
+        adaptive: bool,
+        verifier: Verifier,
+        lookup: PromptLookup | None = None,
     ):
         self.layout = layout
         self.record = record
         self.filler = filler
         self.adaptive = adaptive
+        self.verifier = verifier
+        self.lookup = lookup
         self.most_drafts = max(layout.window_size - 2, 0)
         length = state.length
         self.drafts = DraftState(
             drafted=torch.zeros_like(length), accepted=torch.zeros_like(length), corrected=torch.zeros_like(length),
             draft_limit=torch.full_like(length, self.most_drafts), ar_run=torch.zeros_like(length),
             probe_wait=torch.full_like(length, FIRST_AR_RUN), mask_predicted=torch.zeros_like(state.done),
+            from_lookup=torch.zeros_like(state.done), lookup_ok=torch.ones_like(state.done),
         )
+        self.draft_probs: torch.Tensor | None = None
+        """Sampling: (rows, window_size, vocab) the distribution q each draft was drawn from (drafts live in the
+        first `window_size` slots), allocated at the first forward."""
         self.started = False
         """Whether the first forward ran: it has no certain token yet, only the prompt's AR prediction."""
         self._limit_window(state)
@@ -113,73 +136,116 @@ class LosslessPolicy:
         if not self.started:
             self.started = True
             none = torch.zeros_like(plan.length)
+            if self.verifier.do_sample:
+                shape = (state.window.shape[0], self.layout.window_size, forward.logits.shape[-1])
+                self.draft_probs = torch.zeros(shape, device=none.device)
             slot_physical = shift(state, self.layout, none, plan.length, forward.physical)
-            self._place_certain(state, forward.prompt_logits.argmax(-1), forward.prompt_logits)
-            self.filler.fill(state, forward.logits, slot_physical, self._fillable(state))
+            raw = forward.prompt_logits[:, None]
+            scores = self.verifier.scores(state, raw, torch.ones_like(none))
+            self._place_certain(state, self.verifier.next_tokens(scores)[:, 0], raw, scores)
+            self.filler.fill(state, forward.logits, slot_physical, self._fillable(state), self.draft_probs)
+            self._draft_from_context(state)
             return none
         if forward.fed == 1 and not state.scores.kinds:
             return self._ar_only_update(state, plan, forward)
         window_size, drafts, logits, fed = self.layout.window_size, plan.leading - 1, forward.logits, forward.fed
-        slots = self.layout.slots
+        slots, verifier = self.layout.slots, self.verifier
         ar_columns = forward.physical[:, :window_size].clamp(max=fed - 1)  # the certain token's and each draft's
-        ar_tokens = logits.argmax(-1).gather(1, ar_columns)
-        matches = (state.window[:, 1:window_size] == ar_tokens[:, : window_size - 1]) & (
-            slots[:, : window_size - 1] < drafts[:, None]
-        )
-        accepted = matches.int().cumprod(1).sum(1)
+        draft_tokens = state.window[:, 1:window_size]
+        raw = scores = gather_columns(logits, ar_columns) if verifier.needs_scores or state.scores.kinds else None
+        if verifier.needs_scores:
+            scores = verifier.scores(state, raw, plan.leading)
+            draft_probs = None if self.draft_probs is None else self.draft_probs[:, 1:window_size]
+            accepted, next_certain = verifier.verify(scores, draft_tokens, drafts, draft_probs)
+        else:
+            in_draft = slots[:, : window_size - 1] < drafts[:, None]
+            accepted, next_certain = greedy_accept(logits.argmax(-1).gather(1, ar_columns), draft_tokens, in_draft)
         corrected = accepted < drafts
         counts = self.drafts
         counts.drafted, counts.accepted = counts.drafted + drafts, counts.accepted + accepted
         counts.corrected = counts.corrected + corrected
-        # 3. commit the accepted drafts (their K/V are this forward's), then the AR token becomes certain; each
-        #    committed token carries the AR logits it is the argmax of (the slot before it)
-        scores = state.scores
-        ar_logits = gather_columns(logits, ar_columns) if scores.kinds else None
-        if ar_logits is not None:
-            scores.place(slice(1, window_size), ar_logits[:, : window_size - 1])
+        if self.lookup is not None:
+            counts.lookup_ok = ~counts.from_lookup | (accepted > 0)
+        # 3. commit the accepted drafts (their K/V are this forward's), then the verified token becomes certain; each
+        #    committed token carries the logits and scores of the position before it
+        if state.scores.kinds:
+            state.scores.place(slice(1, window_size), raw[:, : window_size - 1], scores[:, : window_size - 1])
         if fed > 1:  # an AR-only forward (one column per row) verified no drafts: nothing more to commit
             state.done |= self.record.commit(state, accepted, start=1)
-        next_certain = ar_tokens.gather(1, accepted[:, None]).squeeze(1)
-        certain_logits = None if ar_logits is None else gather_columns(ar_logits, accepted[:, None]).squeeze(1)
+        certain_raw = None if raw is None else gather_columns(raw, accepted[:, None])
+        certain_scores = None if scores is None else gather_columns(scores, accepted[:, None])
         slot_physical = shift(state, self.layout, 1 + accepted, plan.length, forward.physical)
+        if self.draft_probs is not None:
+            self.draft_probs = self.draft_probs.gather(1, self._source(1 + accepted).expand_as(self.draft_probs))
         state.window = state.window.masked_fill(corrected[:, None] & (slots >= 1), self.layout.mask_id)
-        self._place_certain(state, next_certain, certain_logits)
+        self._place_certain(state, next_certain, certain_raw, certain_scores)
         # 4. new drafts from this forward's mask predictions; after a correction every one of them saw the rejected
         #    draft (and a rejected slot's logits predict the slot after it), so those rows draft in the next forward;
         #    only mask slots fill, and their logits are the last `mask_columns` (none in an AR-only forward)
         masks = forward.mask_columns
         if masks:
             fillable = self._fillable(state) & ~corrected[:, None]
-            self.filler.fill(state, logits[:, fed - masks :], slot_physical - (fed - masks), fillable)
-        if self.adaptive:
+            self.filler.fill(state, logits[:, fed - masks :], slot_physical - (fed - masks), fillable, self.draft_probs)
+        if self.adaptive and self.lookup is not None:  # the limit follows the mask predictions' drafts only
+            mask_drafted = ~counts.from_lookup
+            self._adapt(drafts * mask_drafted, accepted * mask_drafted, corrected & mask_drafted)
+        elif self.adaptive:
             self._adapt(drafts, accepted, corrected)
         self._limit_window(state)
+        self._draft_from_context(state)
         return 1 + accepted
 
     def _ar_only_update(self, state: WindowState, plan: StepPlan, forward: Forward) -> torch.Tensor:
-        """`update` after a forward of one column per row (every row at zero drafts): its argmax is the next
+        """`update` after a forward of one column per row (every row at zero drafts): its chosen token is the next
         certain token, and there is nothing to verify, count or fill. Same result as the general path, in a
         fraction of its ops (on held-out code most lossless forwards are of this kind)."""
-        next_certain = forward.logits[:, 0].argmax(-1)
         one = torch.ones_like(plan.length)
+        if self.verifier.needs_scores:
+            next_certain = self.verifier.next_tokens(self.verifier.scores(state, forward.logits[:, :1], one))[:, 0]
+        else:
+            next_certain = forward.logits[:, 0].argmax(-1)
         shift(state, self.layout, one, plan.length, forward.physical)
-        self._place_certain(state, next_certain, None)
+        if self.draft_probs is not None:
+            self.draft_probs = self.draft_probs.gather(1, self._source(one).expand_as(self.draft_probs))
+        self._place_certain(state, next_certain, None, None)
         if self.adaptive:
             self._probe(self.drafts.draft_limit)
         self._limit_window(state)
+        self._draft_from_context(state)
         return one
+
+    def _source(self, by: torch.Tensor) -> torch.Tensor:
+        """(rows, window_size, 1) the slot each slot takes its draft distribution from after a shift by `by` (a
+        slot coming from past `window_size` is a mask: its distribution is never read)."""
+        window_size = self.layout.window_size
+        return (self.layout.slots[:, :window_size] + by[:, None]).clamp(max=window_size - 1)[..., None]
+
+    def _draft_from_context(self, state: WindowState) -> None:
+        """Prompt lookup drafts the slots after the certain token in rows whose mask predictions drafted nothing
+        there (after a correction, at zero drafts) and have failed lately: adaptive, a limit below the most;
+        `"full"`, unless the row's last lookup drafts all failed (the two sources then take turns). A failed lookup
+        draft would cost a row whose mask drafts pass the forward predicting its next ones. On the embedded
+        checkpoint's prompt sets this beats either source alone (docs/benchmarks.md)."""
+        if self.lookup is None:
+            return
+        rows = self.drafts
+        eligible = state.window[:, 1] == self.layout.mask_id
+        eligible &= rows.draft_limit < self.most_drafts if self.adaptive else rows.lookup_ok
+        rows.from_lookup = self.lookup.draft(self.record, state, self.layout, eligible, self.draft_probs)
 
     def _fillable(self, state: WindowState) -> torch.Tensor:
         window_size = self.layout.window_size
         return (state.window[:, :window_size] == self.layout.mask_id) & (self.layout.slots[:, :window_size] >= 1)
 
-    def _place_certain(self, state: WindowState, tokens: torch.Tensor, logits: torch.Tensor | None) -> None:
-        """Slot 0 gets the AR token, with the logits it is the argmax of as its scores and logits."""
+    def _place_certain(
+        self, state: WindowState, tokens: torch.Tensor, logits: torch.Tensor | None, scores: torch.Tensor | None
+    ) -> None:
+        """Slot 0 gets the verified token, with the (rows, 1, vocab) logits and scores it was chosen from."""
         self.drafts.mask_predicted |= tokens == self.layout.mask_id
         state.window[:, 0] = tokens
         state.fill_step[:, 0] = self.record.steps
-        if logits is not None:
-            state.scores.place(slice(0, 1), logits[:, None])
+        if logits is not None and state.scores.kinds:
+            state.scores.place(slice(0, 1), logits, scores)
 
     def _adapt(self, drafts: torch.Tensor, accepted: torch.Tensor, corrected: torch.Tensor) -> None:
         """The adaptive schedule's update of `draft_limit` from this forward's verification (see the class)."""
@@ -214,10 +280,15 @@ class LosslessPolicy:
 
     def select_rows(self, index: torch.Tensor) -> None:
         self.drafts.select(index)
+        if self.draft_probs is not None:
+            self.draft_probs = self.draft_probs[index]
 
     def join_rows(self, other: "LosslessPolicy") -> None:
         """Take `other`'s rows, which have had their first forward (so this batch has, too)."""
         self.drafts.join(other.drafts)
+        if other.draft_probs is not None:
+            mine = self.draft_probs if self.draft_probs is not None else other.draft_probs[:0]
+            self.draft_probs = torch.cat([mine, other.draft_probs])
         self.started = True
 
     def counters(self) -> dict[str, torch.Tensor]:

@@ -126,6 +126,19 @@ OPTIONS = (
         "wedlm_draft_schedule", "adaptive", Accepts("str", choices=("adaptive", "full")),
         "lossless mode's drafts per forward: follow recent acceptance, or every slot of the window",
     ),
+    WeDLMOption(
+        "wedlm_prompt_lookup", False, Accepts("bool"),
+        "lossless mode also drafts the continuation of the last n-gram where it occurred earlier in the context",
+        exposed=(CLI, ROWS, SERVE),
+    ),
+    WeDLMOption(
+        "wedlm_prompt_lookup_ngram", 2, Accepts("int", minimum=1), "prompt lookup: the longest n-gram matched",
+        exposed=(CLI, ROWS),
+    ),
+    WeDLMOption(
+        "wedlm_prompt_lookup_tokens", 10, Accepts("int", minimum=1), "prompt lookup: most tokens drafted per match",
+        exposed=(CLI, ROWS),
+    ),
     WeDLMOption("wedlm_static", False, Accepts("bool"), "fixed-shape steps, for torch.compile / CUDA graphs"),
 )
 

@@ -34,6 +34,11 @@ class WeDLMSettings:
     blockwise: bool = False
     lossless: bool = False
     draft_schedule: str = "adaptive"
+    prompt_lookup: bool = False
+    """Lossless mode also drafts from the context (`lookup.py`), `prompt_lookup_tokens` after a match of the last
+    `prompt_lookup_ngram` tokens."""
+    prompt_lookup_ngram: int = BY_SETTING["prompt_lookup_ngram"].default
+    prompt_lookup_tokens: int = BY_SETTING["prompt_lookup_tokens"].default
     static: bool = False
     """Fixed-shape steps over a preallocated cache (generation/static.py), for torch.compile / CUDA graphs."""
 
@@ -79,6 +84,17 @@ class WeDLMSettings:
         if "wedlm_draft_schedule" in passed and not values["lossless"]:
             raise ValueError(
                 "`wedlm_draft_schedule` sets how lossless mode drafts; pass `wedlm_lossless=True` with it, or drop it."
+            )
+        sizes_passed = [name for name in ("ngram", "tokens") if f"wedlm_prompt_lookup_{name}" in passed]
+        if values["prompt_lookup"] and not values["lossless"]:
+            raise ValueError(
+                "`wedlm_prompt_lookup=True` drafts from the context for lossless mode to verify; pass "
+                "`wedlm_lossless=True` with it, or drop it."
+            )
+        if sizes_passed and not values["prompt_lookup"]:
+            raise ValueError(
+                f"`wedlm_prompt_lookup_{sizes_passed[0]}` sizes prompt lookup; pass `wedlm_prompt_lookup=True` "
+                "(and `wedlm_lossless=True`) with it, or drop it."
             )
         threshold = values["entropy_threshold"]
         return cls(

@@ -31,8 +31,9 @@ def reject_unsupported(generation_config: GenerationConfig) -> None:
         raise UnsupportedRequest(f"WeDLM decoding is not beam search: got num_beams={num_beams}; use num_beams=1.")
     if given("prompt_lookup_num_tokens") is not None:
         raise UnsupportedRequest(
-            "`prompt_lookup_num_tokens` selects prompt-lookup decoding, which WeDLM decoding does not combine with "
-            "(its window already drafts several tokens per forward); drop it."
+            "`prompt_lookup_num_tokens` selects transformers' prompt-lookup decoding; WeDLM has its own, verified "
+            "with its window's drafts: drop it and pass `wedlm_lossless=True, wedlm_prompt_lookup=True` "
+            "(`wedlm_prompt_lookup_tokens` sets the draft length)."
         )
     for name in ("output_hidden_states", "output_attentions"):
         if given(name):
@@ -81,13 +82,10 @@ def reject_other_modes(generation_config: GenerationConfig) -> None:
 
 
 def check_request(
-    model: PreTrainedModel,
-    generation_config: GenerationConfig,
-    logits_processor: LogitsProcessorList,
-    model_kwargs: dict,
-    synced_gpus: bool,
+    model: PreTrainedModel, generation_config: GenerationConfig, model_kwargs: dict, synced_gpus: bool
 ) -> None:
-    """The model and the options of one request, before its WeDLM settings are resolved."""
+    """The model and the options of one request, before its WeDLM settings are resolved (the logits processors
+    are checked with them: what lossless mode honours differs, `check_settings`)."""
     check_supported(model)
     reject_unsupported(generation_config)
     reject_other_modes(generation_config)
@@ -103,7 +101,6 @@ def check_request(
             "WeDLM decoding builds its own cache; a filled `cache` / `past_key_values` from an earlier call cannot be "
             "continued. Pass the full sequence as `input_ids` instead."
         )
-    check_processors(logits_processor)
 
 
 def check_settings(
@@ -120,14 +117,7 @@ def check_settings(
             f"`wedlm_static=True` feeds a 4D attention mask, which attn_implementation={implementation!r} does "
             f"not take; load the model with attn_implementation='sdpa' (or 'eager'), or use wedlm_static=False."
         )
-    if settings.lossless and generation_config.do_sample:
-        raise ValueError("`wedlm_lossless=True` reproduces greedy decoding; use do_sample=False.")
-    if settings.lossless and logits_processor:
-        names = ", ".join(type(p).__name__ for p in logits_processor)
-        raise ValueError(
-            f"`wedlm_lossless=True` verifies drafts against plain greedy logits; remove the logits processors "
-            f"({names}) or use `wedlm_lossless=False`."
-        )
+    check_processors(logits_processor, settings.lossless)
 
 
 def _check_special_tokens(settings: WeDLMSettings, generation_config: GenerationConfig) -> None:

@@ -82,10 +82,10 @@ class WindowScores:
         for name, kept in self.kinds.items():
             kept[:, :size] = torch.where(chosen[..., None], values[name].to(kept.dtype), kept[:, :size])
 
-    def place(self, slots: slice, values: torch.Tensor) -> None:
-        """Slots `slots` get `values` as both their scores and their logits (lossless mode's AR logits)."""
-        for kept in self.kinds.values():
-            kept[:, slots] = values.to(kept.dtype)
+    def place(self, slots: slice, logits: torch.Tensor, scores: torch.Tensor) -> None:
+        """Slots `slots` get their AR `logits` and processed `scores` (lossless mode's verified positions)."""
+        for name, kept in self.kinds.items():
+            kept[:, slots] = (scores if name == "scores" else logits).to(kept.dtype)
 
 
 @dataclass

@@ -1,0 +1,71 @@
+"""Drafts from the context (`wedlm_prompt_lookup=True`): lossless output stays transformers' greedy `generate()`,
+and on text that repeats, more tokens come per forward than from the mask predictions alone."""
+
+import pytest
+import torch
+from tiny_models import MASK_ID, random_prompts, tiny_model
+
+import wedlm_hf
+
+
+def _repeating_prompts(seed: int):
+    """Left-padded prompts whose last 8 tokens repeat earlier text."""
+    input_ids, attention_mask = random_prompts([12, 20, 7], seed=seed)
+    input_ids = torch.cat([input_ids, input_ids[:, -8:]], 1)
+    return input_ids, torch.cat([attention_mask, torch.ones_like(attention_mask[:, -8:])], 1)
+
+
+def _lossless(model, input_ids, attention_mask, **options):
+    return model.generate(
+        input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=40, decoding="wedlm",
+        wedlm_lossless=True, mask_token_id=MASK_ID, return_dict_in_generate=True, **options,
+    )
+
+
+@pytest.mark.parametrize("family", ["wedlm", "llama", "qwen3"])
+@pytest.mark.parametrize("schedule", ["adaptive", "full"])
+def test_prompt_lookup_equals_greedy_and_pays_on_repeating_text(family, schedule):
+    model = wedlm_hf.enable(tiny_model(family, seed=1, peak=40))
+    input_ids, attention_mask = _repeating_prompts(seed=1)
+    greedy = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=40, do_sample=False)
+    alone = _lossless(model, input_ids, attention_mask, wedlm_draft_schedule=schedule)
+    both = _lossless(model, input_ids, attention_mask, wedlm_draft_schedule=schedule, wedlm_prompt_lookup=True)
+    assert torch.equal(alone.sequences, greedy) and torch.equal(both.sequences, greedy)
+    per_forward = {
+        name: output.wedlm_stats.summary()["tokens_per_forward_row_mean"]
+        for name, output in (("alone", alone), ("both", both))
+    }
+    assert per_forward["both"] > per_forward["alone"], per_forward
+
+
+@pytest.mark.parametrize("ngram,tokens", [(1, 3), (3, 10)])
+def test_prompt_lookup_sizes_keep_output_exact_under_processors(ngram, tokens):
+    model = wedlm_hf.enable(tiny_model("qwen3", seed=2, peak=40))
+    input_ids, attention_mask = _repeating_prompts(seed=2)
+    options = dict(max_new_tokens=40, do_sample=False, repetition_penalty=1.2, no_repeat_ngram_size=4)
+    greedy = model.generate(input_ids=input_ids, attention_mask=attention_mask, **options)
+    output = model.generate(
+        input_ids=input_ids, attention_mask=attention_mask, **options, decoding="wedlm", wedlm_lossless=True,
+        mask_token_id=MASK_ID, wedlm_prompt_lookup=True, wedlm_prompt_lookup_ngram=ngram,
+        wedlm_prompt_lookup_tokens=tokens,
+    )
+    assert torch.equal(output, greedy)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(wedlm_prompt_lookup=True), "wedlm_lossless=True"),
+        (dict(wedlm_lossless=True, wedlm_prompt_lookup="yes"), "wedlm_prompt_lookup"),
+        (dict(wedlm_lossless=True, wedlm_prompt_lookup_ngram=2), "wedlm_prompt_lookup=True"),
+        (dict(wedlm_lossless=True, wedlm_prompt_lookup=True, wedlm_prompt_lookup_ngram=0), "integer >= 1"),
+        (dict(wedlm_lossless=True, wedlm_prompt_lookup=True, wedlm_prompt_lookup_tokens=2.5), "integer >= 1"),
+    ],
+)
+def test_prompt_lookup_options_are_validated(options, message):
+    model = wedlm_hf.enable(tiny_model("wedlm", peak=40))
+    input_ids, attention_mask = random_prompts([4])
+    with pytest.raises(ValueError, match=message):
+        model.generate(
+            input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=4, decoding="wedlm", **options
+        )

@@ -1,0 +1,104 @@
+"""What lossless mode verifies drafts against: transformers' own next-token choice at every verified position.
+
+Each verified position (the certain token, each leading draft) gets the call's logits processors (warpers
+included) with exactly the input ids `generate()` would hand them there: the row's padded prompt, its committed
+tokens and the drafts before that position, so processors that read the prefix (n-gram bans, multi-token bad
+words) or its length (`input_ids.shape[-1]`: min length, forced BOS/EOS, exponential decay) act as in AR decoding.
+The positions of one step differ in length, so they run in one stacked call per distinct length.
+
+Greedy: a draft passes while it is the argmax of the processed scores before it. Sampling (speculative sampling,
+Leviathan et al. 2023; Chen et al. 2023): a draft x drawn from q passes with probability min(1, p(x)/q(x)); the
+first failure is replaced by a sample of normalised max(0, p - q), and when every draft passes one more token comes
+from p, so each committed token is distributed as transformers' sampled `generate()` draws it. Random draws use
+torch's global generator, as transformers' sampling does: `torch.manual_seed` makes a call reproducible.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from transformers import LogitsProcessorList
+
+from .processors import for_rows
+from .record import OutputRecord
+from .window import WindowState
+
+
+@dataclass
+class Verifier:
+    logits_processor: LogitsProcessorList
+    record: OutputRecord
+    """Holds each row's padded prompt and committed tokens: the prefix the processors see."""
+    do_sample: bool
+
+    @property
+    def needs_scores(self) -> bool:
+        """Whether verification needs the positions' full scores (else an argmax of the raw logits decides)."""
+        return bool(self.logits_processor) or self.do_sample
+
+    def scores(self, state: WindowState, logits: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+        """(rows, positions, vocab) float32 scores: position j of row r through the processors with the prefix
+        committed(r) + window[r, 1 : 1 + j] (slot 0, the certain token, is committed already), for j < count[r];
+        the other positions stay raw."""
+        scores = logits.to(dtype=torch.float32, copy=True)
+        if not self.logits_processor:
+            return scores
+        record, positions = self.record, logits.shape[1]
+        committed = record.prompt_length + state.generated
+        steps = torch.arange(positions, device=logits.device)
+        longest = int(committed.max()) + positions - 1
+        columns = torch.arange(longest, device=logits.device).clamp(max=record.sequences.shape[1] - 1)
+        prefixes = record.sequences[state.rows[:, None], columns[None]]
+        if positions > 1:
+            prefixes.scatter_(1, committed[:, None] + steps[None, :-1], state.window[:, 1:positions])
+        rows, position = (steps[None] < count[:, None]).nonzero(as_tuple=True)
+        lengths = committed[rows] + position
+        for length in lengths.unique().tolist():
+            at = lengths == length
+            picked_rows, picked = rows[at], position[at]
+            processors = for_rows(self.logits_processor, state.rows[picked_rows])
+            scores[picked_rows, picked] = processors(prefixes[picked_rows, :length], scores[picked_rows, picked])
+        return scores
+
+    def next_tokens(self, scores: torch.Tensor) -> torch.Tensor:
+        """(rows, positions): the token transformers would choose after each position (argmax, or a sample)."""
+        if not self.do_sample:
+            return scores.argmax(-1)
+        probs = torch.softmax(scores, dim=-1)
+        return torch.multinomial(probs.flatten(0, -2), 1).view(probs.shape[:-1])
+
+    def verify(
+        self, scores: torch.Tensor, drafts: torch.Tensor, draft_count: torch.Tensor, draft_probs: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per row, how many leading drafts pass and the token after them.
+
+        `scores` (rows, k + 1, vocab) are the processed scores at the certain token and each of the k `drafts`
+        (rows, k) slots; `draft_count` (rows,) how many of them are drafts; `draft_probs` (rows, k, vocab) the
+        distributions q the drafts were sampled from (sampling only)."""
+        in_draft = torch.arange(drafts.shape[1], device=drafts.device)[None] < draft_count[:, None]
+        if not self.do_sample:
+            return greedy_accept(scores.argmax(-1), drafts, in_draft)
+        probs = torch.softmax(scores, dim=-1)
+        p_draft = probs[:, :-1].gather(-1, drafts[..., None]).squeeze(-1)
+        q_draft = draft_probs.gather(-1, drafts[..., None]).squeeze(-1)
+        passes = (torch.rand_like(p_draft) * q_draft < p_draft) & in_draft
+        accepted = passes.int().cumprod(1).sum(1)
+        target = _at(probs, accepted)
+        if drafts.shape[1]:  # a failed draft: p less the q it was drawn from covers what that draw did not
+            residual = (target - _at(draft_probs, accepted.clamp(max=drafts.shape[1] - 1))).clamp(min=0)
+            rejected = (accepted < draft_count) & (residual.sum(-1) > 0)
+            target = torch.where(rejected[:, None], residual, target)
+        return accepted, torch.multinomial(target, 1).squeeze(1)
+
+
+def greedy_accept(
+    chosen: torch.Tensor, drafts: torch.Tensor, in_draft: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Drafts accepted while each equals the token `chosen` (rows, k + 1) after the position before it, and the
+    token chosen after the last accepted one."""
+    accepted = ((drafts == chosen[:, :-1]) & in_draft).int().cumprod(1).sum(1)
+    return accepted, chosen.gather(1, accepted[:, None]).squeeze(1)
+
+
+def _at(values: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+    """(rows, vocab): each row's `values` (rows, positions, vocab) at its `position`."""
+    return values.gather(1, position[:, None, None].expand(-1, 1, values.shape[-1])).squeeze(1)
