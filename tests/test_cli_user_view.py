@@ -10,17 +10,20 @@ from transformers import AutoTokenizer
 
 import wedlm_hf
 from wedlm_hf.commands.generate_batch import BATCH_OPTIONS, SINGLE_PROMPT_ONLY
-from wedlm_hf.generation.options import OPTIONS
+from wedlm_hf.generation.options import CLI, exposed_to
 from wedlm_hf_cli import build_parser, main
 
 PROMPT = "1, 2, 3, 4,"
 MASK_ID = AutoTokenizer.from_pretrained(wedlm_hf.DEFAULT_MODEL).mask_token_id
-WEDLM_VALUES = {"window_size": "4", "threshold": "0.5", "penalty": "0.1", "mask_token_id": str(MASK_ID)}
+WEDLM_VALUES = {
+    "wedlm_window_size": ["4"], "wedlm_entropy_threshold": ["0.5"], "wedlm_pos_penalty_factor": ["0.1"],
+    "mask_token_id": [str(MASK_ID)], "wedlm_lossless": [], "wedlm_prompt_lookup": ["--lossless"],
+    "wedlm_prompt_lookup_ngram": ["3", "--prompt-lookup", "--lossless"],
+    "wedlm_prompt_lookup_tokens": ["4", "--prompt-lookup", "--lossless"],
+}
 EXAMPLES = {
-    **{option.cli: [f"--{option.cli.replace('_', '-')}", WEDLM_VALUES[option.cli]] for option in OPTIONS if option.cli},
+    **{option.keyword: [option.flag, *WEDLM_VALUES[option.keyword]] for option in exposed_to(CLI)},
     "ar": ["--ar"],
-    "lossless": ["--lossless"],
-    "plain": ["--plain"],
     "chat": ["--chat"],
     "do_sample": ["--do-sample", "--seed", "1"],
     "temperature": ["--do-sample", "--temperature", "0.9"],
@@ -69,8 +72,8 @@ def test_batch_row_equals_the_one_prompt_output(flags, capsys, tmp_path):
 
 
 @pytest.mark.parametrize("argv,line", [
-    (["--threshold", "abc", PROMPT], "--threshold: expected a number or 'none', got 'abc'"),
-    (["--window-size", "many", PROMPT], "--window-size: expected an integer, got 'many'"),
+    (["--threshold", "abc", PROMPT], "--entropy-threshold/--threshold: must be a number >= 0, or None"),
+    (["--window-size", "many", PROMPT], "--window-size: must be an integer >= 1; got 'many'"),
     (["--windw-size", "4", "1, 2, 3,"], "unknown option --windw-size (did you mean --window-size?)"),
     (["--prompt-file", "nope.txt"], "--prompt-file nope.txt: no such file"),
     ([PROMPT, "--stream", "--input", "in.jsonl", "--output", "o.jsonl"], "--stream prints one continuation"),

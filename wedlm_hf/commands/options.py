@@ -38,13 +38,19 @@ def value_parser(option: WeDLMOption):
 def add_wedlm_arguments(
     group: argparse._ArgumentGroup, mode: argparse._MutuallyExclusiveGroup, also: str | None = None
 ) -> None:
-    """Add the flags of the options exposed to the command line (and to `also`, e.g. `SERVE`): bool options in the
-    mutually exclusive `mode` group, the others in `group`. Each sets its `generate` keyword as dest, absent from
+    """Add the flags of the options exposed to the command line (and to `also`, e.g. `SERVE`): a bool option with an
+    off flag chooses the decoding mode, so both its flags go in the mutually exclusive `mode` group; the others in
+    `group`. Each sets its `generate` keyword as dest, absent from
     the namespace unless the flag is given (so the model's generation config decides)."""
     for option in exposed_to(CLI):
         if also is not None and also not in option.exposed:
             continue
-        if option.accepts.kind == "bool":
+        if option.accepts.kind == "bool" and option.flag_off is None:
+            group.add_argument(
+                option.flag, dest=option.keyword, action="store_const", const=True, default=argparse.SUPPRESS,
+                help=option.help,
+            )
+        elif option.accepts.kind == "bool":
             mode.add_argument(
                 option.flag, dest=option.keyword, action="store_const", const=True, default=argparse.SUPPRESS,
                 help=option.help,

@@ -74,7 +74,8 @@ class WeDLMOption:
     exposed: tuple[str, ...] = ()
     """Where besides `generate` it is exposed: `CLI`, `ROWS`, `SERVE`, `DEMO`, `FINETUNE`."""
     flag_off: str | None = None
-    """A bool option's command-line flag that sets it False (its own flag sets it True)."""
+    """A bool option's command-line flag that sets it False (its own flag sets it True); such an option chooses
+    the decoding mode, so the command line makes its flags exclusive with the other modes' (`--ar`)."""
     old_flags: tuple[str, ...] = ()
     """Earlier command-line spellings, still accepted because the README and scripts used them."""
 
