@@ -101,7 +101,7 @@ def test_finetune_prints_progress_and_a_short_summary(tiny_llama, counting_data,
     assert "evaluating 'held-out" in err  # progress while the evaluation runs
     lines = out[out.index("4 steps") :].strip().splitlines()  # after Trainer's own log lines
     assert 3 <= len(lines) <= 8, out
-    assert f"wrote an adapter to {output}" in lines[1]
+    assert f"wrote a draft-only adapter to {output}" in lines[1]
     assert any(line.startswith("held-out") and "lossless" in line for line in lines[2:])
     assert (output / "finetune_summary.json").is_file()  # the whole summary
     deprecations = [str(w.message) for w in caught if "checkpointing" in str(w.message)]

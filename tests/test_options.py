@@ -19,7 +19,13 @@ from wedlm_hf.finetune.recipe import FinetuneOptions, wedlm_generation_config
 from wedlm_hf.generation.options import CLI, DEMO, FINETUNE, OPTIONS, ROWS, SERVE, Accepts, WeDLMOption
 from wedlm_hf.generation.settings import WeDLMSettings
 
-COMPANIONS = {"wedlm_draft_schedule": {"wedlm_lossless": True}}
+LOOKUP = {"wedlm_lossless": True, "wedlm_prompt_lookup": True}
+COMPANIONS = {
+    "wedlm_draft_schedule": {"wedlm_lossless": True},
+    "wedlm_prompt_lookup": {"wedlm_lossless": True},
+    "wedlm_prompt_lookup_ngram": LOOKUP,
+    "wedlm_prompt_lookup_tokens": LOOKUP,
+}
 """Options that are legal only with another one."""
 
 
@@ -79,7 +85,7 @@ def flag_argv(option: WeDLMOption) -> list[str]:
 def test_command_line_flags_follow_the_table(option, tmp_path):
     value, _ = sample(option)
     if CLI not in option.exposed:
-        with pytest.raises(SystemExit):
+        with pytest.raises(wedlm_hf_cli.UserError):
             parse("generate", "x", *flag_argv(option))
         return
     assert generation_options(parse("generate", "x", *flag_argv(option)))[option.keyword] == value
@@ -115,7 +121,7 @@ def test_serve_follows_the_table(option, monkeypatch):
     monkeypatch.setattr(serving, "serve", lambda model, **options: calls.append(options))
     if SERVE not in option.exposed:
         assert option.keyword not in serving.GENERATION_OPTIONS
-        with pytest.raises(SystemExit):
+        with pytest.raises(wedlm_hf_cli.UserError):
             parse("serve", *flag_argv(option))
         return
     assert wedlm_hf_cli.main(["serve", *flag_argv(option), "--port", "9"]) == 0

@@ -1,5 +1,6 @@
-"""The embedded SmolLM2 adapter `smollm2-wedlm` (docs/finetune.md): it loads by name, decodes with WeDLM by
-default, stays exactly greedy in lossless mode, and drafts that pass on the text it was adapted for."""
+"""The embedded SmolLM2 adapter `smollm2-wedlm` (docs/finetune.md), a draft-only adapter: it loads by name, decodes
+with lossless WeDLM by default, returns exactly what SmolLM2 itself answers, and drafts that pass on the text it was
+adapted for."""
 
 import json
 
@@ -36,6 +37,20 @@ def test_loads_by_name_with_lossless_wedlm_as_its_default(adapted):
     assert torch.equal(default, greedy)
 
 
+def test_its_answers_are_smollm2s_own(adapted):
+    """Against the base model loaded on its own: chat answers and code, by the adapter's default decoding."""
+    model, tokenizer = adapted
+    base, _ = load_model_and_tokenizer("smollm2")
+    chats = ["What is the capital of France?", "Name three primary colors."]
+    texts = [tokenizer.apply_chat_template([{"role": "user", "content": c}], tokenize=False, add_generation_prompt=True) for c in chats]
+    for text in [*texts, "def fibonacci(n):\n"]:
+        inputs = tokenizer(text, return_tensors="pt", add_special_tokens=False)
+        with torch.inference_mode():
+            ours = model.generate(**inputs, max_new_tokens=32)
+            theirs = base.generate(**inputs, max_new_tokens=32, do_sample=False)
+        assert torch.equal(ours, theirs)
+
+
 def test_lossless_is_greedy_and_accepts_drafts_on_counting(adapted):
     model, tokenizer = adapted
     inputs = tokenizer(COUNTING, return_tensors="pt")
@@ -70,7 +85,7 @@ def test_finetune_cli_adapts_smollm2_in_a_few_steps(tmp_path, capsys):
     assert wedlm_hf_cli(arguments) == 0
     capsys.readouterr()
     summary = json.loads((output / "finetune_summary.json").read_text())
-    assert summary["written"] == "adapter" and summary["steps"] == 6 and summary["mask_token_id"] == 16
+    assert summary["written"] == "draft-only adapter" and summary["steps"] == 6 and summary["mask_token_id"] == 16
     assert summary["eval"]["eval_mdm"] < 0.5 * summary["eval_before"]["eval_mdm"]
     model, tokenizer = load_model_and_tokenizer(str(output))
     inputs = tokenizer(COUNTING, return_tensors="pt")

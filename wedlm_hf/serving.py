@@ -30,10 +30,10 @@ _MISSING = object()
 class WeDLMModelManager(model_manager.ModelManager):
     """Loads models as transformers serve does, then gives them `decoding="wedlm"` and this server's defaults."""
 
-    def __init__(self, *args, generation_defaults: dict, served_names: dict, **kwargs):
+    def __init__(self, *args, generation_defaults: dict, served_names: dict | None = None, **kwargs):
         # before `super().__init__`, which may load the model
         self.generation_defaults = dict(generation_defaults)
-        self.served_names = dict(served_names)
+        self.served_names = dict(served_names or {})
         """Model name a client sends (the one the user gave `serve`, e.g. `wedlm-tiny-code`) -> the folder loaded."""
         super().__init__(*args, **kwargs)
 

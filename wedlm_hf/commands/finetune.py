@@ -93,6 +93,9 @@ def show_progress(logger_name: str) -> None:
     logger.setLevel(logging.INFO)
 
 
+WRITTEN = {"draft-only adapter": "a draft-only adapter", "adapter": "an adapter", "model": "the model"}
+
+
 def summary_lines(summary: dict, output_dir: str) -> list[str]:
     """A few lines: the run, where it wrote what, and per evaluated domain lossless and plain WeDLM's tokens per
     forward (the whole summary is in finetune_summary.json)."""
@@ -103,7 +106,7 @@ def summary_lines(summary: dict, output_dir: str) -> list[str]:
         losses += f", eval loss {before:.3f} -> {after:.3f}"
     lines = [
         f"{summary['steps']} steps, {summary['tokens_seen']} tokens, {summary['wall_seconds']} s: {losses}",
-        f"wrote {'an adapter' if summary['written'] == 'adapter' else 'the model'} to {output_dir} "
+        f"wrote {WRITTEN[summary['written']]} to {output_dir} "
         "(details: finetune_summary.json, evaluation.md)",
     ]
     rows = (summary.get("evaluation") or {}).get("rows", [])

@@ -9,7 +9,7 @@ auxiliary AR loss there keeps its next-token behaviour close (lossless decoding 
 """
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -247,20 +247,18 @@ def save_output(model, tokenizer: PreTrainedTokenizerBase, output_dir: str, opti
     generation defaults; returns which of the three it wrote."""
     output = Path(output_dir)
     kind = "draft-only adapter" if is_draft_only(options) else "adapter" if options.lora_r and not options.merge else "model"
-    lossless = options.lossless or is_draft_only(options)
+    written = replace(options, lossless=options.lossless or is_draft_only(options))
     if options.lora_r and options.merge:
         model = model.merge_and_unload()
     base = model.get_base_model() if kind.endswith("adapter") else model
-    base.generation_config = wedlm_generation_config(base.generation_config, options, mask_id, lossless)
+    base.generation_config = wedlm_generation_config(base.generation_config, written, mask_id)
     model.save_pretrained(output)
     base.generation_config.save_pretrained(output)
     tokenizer.save_pretrained(output)
     return kind
 
 
-def wedlm_generation_config(
-    config: GenerationConfig, options: FinetuneOptions, mask_id: int, lossless: bool
-) -> GenerationConfig:
+def wedlm_generation_config(config: GenerationConfig, options: FinetuneOptions, mask_id: int) -> GenerationConfig:
     """The model's generation config with WeDLM decoding (plain or lossless, and these window settings) as its
     default."""
     config = GenerationConfig.from_dict(config.to_dict())
@@ -271,5 +269,4 @@ def wedlm_generation_config(
     config.suppress_tokens = sorted({*(config.suppress_tokens or []), mask_id})
     for option in exposed_to(FINETUNE):
         setattr(config, option.keyword, getattr(options, option.setting))
-    config.wedlm_lossless = lossless  # a draft-only adapter's default whatever `options.lossless` says
     return config
