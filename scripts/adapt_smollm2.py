@@ -182,7 +182,7 @@ def ship(work: Path) -> None:
 
     source = work / "adapter"
     SHIPPED.mkdir(parents=True, exist_ok=True)
-    for name in ("adapter_config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "README.md"):
+    for name in ("adapter_config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
         if (source / name).exists():
             shutil.copy(source / name, SHIPPED / name)
     config = json.loads((SHIPPED / "adapter_config.json").read_text())

@@ -46,10 +46,13 @@ def evaluate_output(
 
 
 CARD_KINDS = {
-    "draft-only adapter": "a draft-only LoRA adapter (PEFT): it acts at mask slots only, so lossless decoding (its "
-    "default) returns exactly the base model's greedy output, and the adapter only proposes drafts",
-    "adapter": "a LoRA adapter (PEFT) on every token: it changes the model's output",
-    "model": "a fine-tuned model",
+    "draft-only adapter": (
+        "A draft-only LoRA adapter (PEFT)",
+        "It acts at mask slots only, so lossless decoding (its default) returns exactly the base model's greedy "
+        "output; the adapter only proposes drafts.",
+    ),
+    "adapter": ("A LoRA adapter (PEFT)", "It acts at every token, so the adapted model answers differently."),
+    "model": ("A fine-tuned model", ""),
 }
 
 
@@ -66,8 +69,8 @@ def write_model_card(output_dir: str, summary: dict, report: EvaluationReport | 
         "",
         f"# {Path(output_dir).name}",
         "",
-        f"{kind[0].upper()}{kind[1:]} of `{summary['base_model']}` for WeDLM parallel decoding, trained by "
-        "`wedlm-hf finetune` (dual-stream masked objective).",
+        f"{kind[0]} of `{summary['base_model']}` for WeDLM parallel decoding, trained by `wedlm-hf finetune` "
+        f"(dual-stream masked objective). {kind[1]}".rstrip(),
         "",
         "```python",
         "import wedlm_hf",
