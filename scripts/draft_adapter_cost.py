@@ -55,7 +55,7 @@ def main() -> None:
         for batch in args.batches:
             prompt = torch.randint(100, 1000, (batch, args.prompt), generator=generator)
             with model.disable_adapter():
-                prefix = inner(input_ids=prompt, use_cache=True).past_key_values
+                prefix = inner(input_ids=prompt, use_cache=True).cache
 
             def cache_of():
                 copied = type(prefix)(config=inner.config)
