@@ -53,10 +53,10 @@ class MaskRows:
         self.index = (input_ids.reshape(-1) == self.mask_token_id).nonzero().squeeze(1)
 
     def of(self, x: torch.Tensor) -> torch.Tensor | None:
-        """The mask rows of `x` (batch x sequence x features), or None when there are none."""
+        """The mask rows of `x` (batch x sequence x features, or tokens x features), or None when there are none."""
         if self.index is None or self.index.numel() == 0:
             return None
-        if x.shape[:-1] != self.shape:
+        if x.shape[:-1].numel() != self.shape.numel():  # batch x sequence, or the two flattened into one
             raise RuntimeError(
                 f"a draft-only adapter layer got input of shape {tuple(x.shape)} in a forward whose input ids are "
                 f"{tuple(self.shape)}: the gate needs one row per input token (mixed-adapter batches are not supported)"
