@@ -14,6 +14,7 @@ import time
 import torch
 from peft import get_peft_model
 
+from wedlm_hf.finetune.mask_token import unused_special_token
 from wedlm_hf.draft_adapter import draft_only_lora_config, gate_draft_only_adapters, linear_module_names
 from wedlm_hf.loading import load_model_and_tokenizer
 
@@ -38,7 +39,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     base, tokenizer = load_model_and_tokenizer(args.model, dtype=torch.float32)
-    mask_id = tokenizer.convert_tokens_to_ids("<empty_output>") if args.model.startswith("smollm2") else base.config.vocab_size - 1
+    mask_id = tokenizer.convert_tokens_to_ids(unused_special_token(tokenizer))  # what `finetune --lora-r` picks
     targets = args.targets or linear_module_names(base)
     model = get_peft_model(base, draft_only_lora_config(args.rank, 2 * args.rank, targets, mask_id))
     with torch.no_grad():
