@@ -13,7 +13,6 @@ concurrency: completion tokens per second over the wall time, p50/p95 latency, p
 import argparse
 import json
 import socket
-import statistics
 import subprocess
 import sys
 import time

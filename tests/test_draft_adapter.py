@@ -6,7 +6,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
 
 peft = pytest.importorskip("peft")
 

@@ -21,7 +21,6 @@ from real_model import load_smollm2
 from tiny_models import tiny_model
 from wedlm_hf.generation import mixin
 from wedlm_hf.generation.reference import reference_decode
-from wedlm_hf.generation.settings import DEFAULT_WINDOW_SIZE as DEFAULT_WINDOW
 
 MASK_ID = 16
 BF16_TIE_STEPS = 3

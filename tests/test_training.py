@@ -5,7 +5,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 from tiny_models import MASK_ID, tiny_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments
 

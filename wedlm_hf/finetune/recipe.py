@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
-from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback, TrainingArguments
+from transformers import GenerationConfig, PreTrainedTokenizerBase, TrainerCallback, TrainingArguments
 from transformers.utils import logging
 
 from ..evaluation import read_prompts
