@@ -6,6 +6,7 @@ adapter the model carries (`draft_adapter/`), then enables the transformers mode
 
 from transformers import PreTrainedModel
 
+from .draft_adapter import gate_draft_only_adapters, unwrapped
 from .generation import enable as enable_model
 
 
@@ -17,9 +18,6 @@ def enable(model: PreTrainedModel) -> PreTrainedModel:
     output; `peft_model.generate(..., decoding="wedlm")` reaches the enabled model through PEFT's own `generate`.
     """
     if getattr(model, "peft_config", None):
-        from .draft_adapter import gate_draft_only_adapters
-
         gate_draft_only_adapters(model)
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    enable_model(inner)
+    enable_model(unwrapped(model))
     return model

@@ -3,7 +3,7 @@ greedy output while the adapter proposes the drafts (docs/finetune.md). Importin
 a model does."""
 
 from .attach import gate_draft_only_adapters
-from .config import MERGE_REFUSED, draft_only_lora_config, draft_only_mask_id, linear_module_names
+from .config import MERGE_REFUSED, draft_only_lora_config, draft_only_mask_id, linear_module_names, unwrapped
 
 __all__ = [
     "MERGE_REFUSED",
@@ -11,4 +11,5 @@ __all__ = [
     "draft_only_mask_id",
     "gate_draft_only_adapters",
     "linear_module_names",
+    "unwrapped",
 ]

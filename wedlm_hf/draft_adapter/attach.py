@@ -3,7 +3,7 @@
 
 import torch
 
-from .config import draft_only_mask_id
+from .config import draft_only_mask_id, unwrapped
 
 
 def gate_draft_only_adapters(model: torch.nn.Module):
@@ -23,7 +23,7 @@ def gate_draft_only_adapters(model: torch.nn.Module):
     from .gate import DraftOnlyLora, MaskRows  # PEFT's variant class: imported once a model needs it
 
     mask_id = next(iter(marked.values()))
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = unwrapped(model)
     rows = getattr(base, "_wedlm_mask_rows", None)
     if rows is None:
         rows = MaskRows(mask_id).install(base)

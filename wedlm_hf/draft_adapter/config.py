@@ -21,6 +21,11 @@ MARKER = "(?#wedlm_hf draft-only mask_token_id={})"
 _MARKER_PATTERN = re.compile(r"\(\?#wedlm_hf draft-only mask_token_id=(\d+)\)")
 
 
+def unwrapped(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model inside a PEFT wrapper (or the model itself)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 def linear_module_names(model: torch.nn.Module) -> list[str]:
     """The distinct names of the `nn.Linear` layers inside the decoder blocks (attention and MLP projections);
     the LM head and embeddings are left out: mask rows never reach them as inputs that need adapting."""

@@ -12,19 +12,15 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
+from ..draft_adapter import unwrapped
 from .objective import IGNORE_INDEX
-
-
-def causal_lm_of(model: torch.nn.Module) -> torch.nn.Module:
-    """The transformers model inside a PEFT wrapper (or the model itself)."""
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def draft_only_forward(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float], dict]:
     """Loss of a `DualStreamCollator` batch for a draft-only adapter: memory stream without autograd, masked slots
     alone through the head. Returns the loss, its parts (`mdm`) and no model outputs (an empty dict, which
     `Trainer`'s evaluation reads as no logits)."""
-    causal_lm = causal_lm_of(model)
+    causal_lm = unwrapped(model)
     decoder = causal_lm.get_decoder()
     input_ids, positions, mask = batch["input_ids"], batch["position_ids"], batch["attention_mask"]
     length = input_ids.shape[1] // 2
