@@ -86,8 +86,19 @@ def test_staggered_requests_decode_as_alone(family, wedlm):
     scheduler = WeDLMScheduler(model, config, max_batch_size=3)
     requests = [GenerationRequest(p, b, request_id=str(i)) for i, (p, b) in enumerate(zip(PROMPTS, BUDGETS))]
     sizes = []
-    results = run_staggered(scheduler, requests, ARRIVALS, lambda s: sizes.append(len(s.running_rows)))
+
+    def holds_only_the_running_requests(s):
+        sizes.append(len(s.running))
+        if not s.running:  # no batch is kept (or built) for requests that are not there
+            assert s.loop is None
+            return
+        record = s.loop.record
+        assert record.sequences.shape[0] == s.loop.running == len(s.running)  # no row beyond a running request
+        assert record.prompt_length <= max(len(p) for p in PROMPTS)  # prompt columns as wide as real prompts
+
+    results = run_staggered(scheduler, requests, ARRIVALS, holds_only_the_running_requests)
     assert max(sizes) == 3 and len(results) == len(requests)  # batches really formed, and capped
+    assert scheduler.loop is None
     assert_alone_equal(model, config, requests, results)
     if wedlm.get("wedlm_lossless"):  # lossless: also exactly greedy AR
         for request in requests:
@@ -144,7 +155,7 @@ def test_token_budget_and_queue_bound_the_batch():
     requests = [GenerationRequest(p, b, request_id=str(i)) for i, (p, b) in enumerate(zip(PROMPTS, BUDGETS))]
 
     def within_budget(s):
-        held = [s.rows[row].request for row in s.running_rows]
+        held = [state.request for state in s.running]
         assert sum(len(r.input_ids) + r.max_new_tokens for r in held) <= 40
 
     results = run_staggered(scheduler, requests, [0] * len(requests), within_budget)
@@ -170,7 +181,7 @@ def test_cancelled_request_leaves_and_the_others_finish_unchanged():
             if update.finished:
                 results[update.request_id] = update.result
         if step == 2:
-            assert len(scheduler.running_rows) == 3  # its row left at the step boundary
+            assert len(scheduler.running) == 3  # its row left at the step boundary
         if not scheduler.has_work():
             break
     assert results["1"].finish_reason == "cancelled" and 0 < len(results["1"].tokens) < 24

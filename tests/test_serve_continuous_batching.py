@@ -50,7 +50,7 @@ class SimpleServer:
 
     def running_rows(self) -> int:
         manager = self.running._generation_state._cb_manager
-        return len(manager.batcher.scheduler.running_rows) if manager and manager.batcher else 0
+        return len(manager.batcher.scheduler.running) if manager and manager.batcher else 0
 
     def lone(self, prompt: str, max_tokens: int) -> str:
         inputs = self.tokenizer(prompt, return_tensors="pt")

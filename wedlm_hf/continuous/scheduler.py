@@ -4,16 +4,18 @@ they end, so one forward per step serves every running request.
 A request waits in a queue until the admission policy (admission.py; by default first come, first served while a
 row is free, `max_batch_size`, and its tokens fit, `max_batch_tokens`: prompt plus max_new_tokens, summed over the
 batch) starts it. Each step is admit -> prefill and join -> advance -> report. Admitted requests are decoded first
-in a batch of their own
-(their prompt and first window in one forward, as `generate` does), then settled and *joined*: their window
-state, draft state, cached K/V (left-padded to the running batch's columns) and output rows are appended to the
-running batch (`DecodeLoop.join`). Every row keeps its own positions, window, budget and stopping criteria, so
-its output is what a `generate` call of its own produces (greedy and lossless; batched rows differ from lone ones
-only where floating-point sums over a wider, padded batch flip a near-tie, as in batched `generate`).
+in a batch of their own (their prompt and first window in one forward, as `generate` does), then settled and
+*joined*: their window state, draft state, cached K/V (left-padded to the running batch's columns) and output rows
+are appended to the running batch (`DecodeLoop.join`); the first group admitted into an empty scheduler *is* the
+running batch. A request's row in the running batch's output record is its index in `running`: a request that
+ended is reported, then its row is forgotten (`DecodeLoop.forget`), and the batch is dropped once no request runs.
+Every row keeps its own positions, window, budget and stopping criteria, so its output is what a `generate` call
+of its own produces (greedy and lossless; batched rows differ from lone ones only where floating-point sums over a
+wider, padded batch flip a near-tie, as in batched `generate`).
 
 Sampling, logits processors, EOS and the WeDLM settings belong to the batch: one generation config per scheduler.
 A fault in a request's first step fails that request alone; a fault in a shared step fails the running requests
-(each gets one error) and the scheduler carries on with an empty batch.
+(each gets one error) and the scheduler carries on (the next admitted group starts a new batch).
 """
 
 import copy
@@ -24,10 +26,9 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteriaList
 from transformers import StopStringCriteria
 
-from ..generation.decoding import output_record, policy_class, start_decoding
+from ..generation.decoding import output_record, pad_token_id, policy_class, start_decoding
 from ..generation.loop import DecodeLoop
 from ..generation.outputs import CANCELLED, ERROR
-from ..generation.record import OutputRecord
 from ..generation.settings import WeDLMSettings
 from ..generation.processors import split_suppressed
 from ..generation.window import WindowLayout
@@ -38,13 +39,15 @@ from .requests import GenerationRequest, RequestResult, RequestUpdate
 
 @dataclass
 class RequestState:
-    """A request from admission to its final update: the output record row it holds, the tokens reported so far,
-    and the forward count of the running batch before its first forward (`OutputRecord.row_stats`)."""
+    """A running request: what it asked for and the tokens sent to it so far."""
 
     request: GenerationRequest
-    row: int
-    step_offset: int = 0
     tokens: list[int] = field(default_factory=list)
+
+    @property
+    def remaining(self) -> int:
+        """Tokens it may still generate."""
+        return self.request.max_new_tokens - len(self.tokens)
 
     def result(self, finish_reason: str, stats=None, error: str | None = None) -> RequestResult:
         return RequestResult(self.request.request_id, self.tokens, finish_reason, stats, error)
@@ -90,13 +93,12 @@ class WeDLMScheduler:
         )
         self.admission = admission or FirstComeFirstServed(max_batch_tokens)
         self.queue: deque[GenerationRequest] = deque()
-        self.rows: list[RequestState | None] = [None] * max_batch_size
-        """The request holding each row of the running batch's output record."""
-        self.running_rows: list[int] = []
-        """The output record row of each running request, in the running batch's row order."""
+        self.running: list[RequestState] = []
+        """The running requests, in the order of the running batch's output record rows."""
+        self.loop: DecodeLoop | None = None
+        """The running batch; None while no request runs."""
         self.cancelled: set[str] = set()
-        self.loop = self._empty_batch()
-        self.pad_id = self.loop.record.pad_id
+        self.pad_id = pad_token_id(config)
 
     # ----- requests in -----
 
@@ -136,10 +138,10 @@ class WeDLMScheduler:
         self.cancelled.add(request_id)
 
     def active_ids(self) -> set[str]:
-        return {request.request_id for request in self.queue} | {held.request.request_id for held in self.rows if held}
+        return {request.request_id for request in self.queue} | {held.request.request_id for held in self.running}
 
     def has_work(self) -> bool:
-        return bool(self.queue or self.running_rows or self.cancelled)
+        return bool(self.queue or self.running or self.cancelled)
 
     # ----- one step -----
 
@@ -148,144 +150,117 @@ class WeDLMScheduler:
         """Drop cancelled requests, admit what the policy starts (their prefill, then they join), run one forward
         of the running batch, report."""
         updates = self._drop_cancelled()
-        ended = self._start(self._admitted(), updates)
-        if self.running_rows:
+        self._start(self.admission.admit(self.queue, self.max_batch_size - len(self.running), self._requests()), updates)
+        if self.loop is not None and self.loop.running:
             try:
                 self.loop.advance()
-                going = self.loop.settle()
+                self.loop.settle()
             except Exception as error:  # a shared step: every request in the batch fails, once
-                updates += [self._failed(row, error) for row in self.running_rows + ended]
-                self.running_rows, self.loop, ended = [], self._empty_batch(), []
-            else:
-                going_on = set(going)
-                ended += [row for i, row in enumerate(self.running_rows) if i not in going_on]
-                self.running_rows = [self.running_rows[i] for i in going]
-        return updates + self._report(ended)
+                return updates + self._fail_running(error)
+        return updates + self._report()
+
+    def _requests(self) -> list[GenerationRequest]:
+        return [held.request for held in self.running]
 
     def _drop_cancelled(self) -> list[RequestUpdate]:
+        """Queued requests that were cancelled end here; running ones leave the batch and are reported by this
+        step's report."""
         cancelled, self.cancelled = self.cancelled, set()
         updates = [
             RequestUpdate(r.request_id, [], RequestResult(r.request_id, [], CANCELLED))
             for r in self.queue if r.request_id in cancelled
         ]
         self.queue = deque(r for r in self.queue if r.request_id not in cancelled)
-        dropped = [i for i, row in enumerate(self.running_rows) if self.rows[row].request.request_id in cancelled]
-        if dropped:
-            going = [i for i in range(len(self.running_rows)) if i not in dropped]
-            self.loop.keep_rows(going)
-            for i in dropped:
-                held, self.rows[self.running_rows[i]] = self.rows[self.running_rows[i]], None
-                updates.append(RequestUpdate(held.request.request_id, [], held.result(CANCELLED)))
-            self.running_rows = [self.running_rows[i] for i in going]
+        rows = [row for row, held in enumerate(self.running) if held.request.request_id in cancelled]
+        if rows:
+            self.loop.cancel(rows)
         return updates
 
-    def _admitted(self) -> list[tuple[GenerationRequest, int]]:
-        """The requests the admission policy starts now, each with the free output row it will hold."""
-        free = [i for i, held in enumerate(self.rows) if held is None]
-        running = [held.request for held in self.rows if held]
-        return list(zip(self.admission.admit(self.queue, len(free), running), free))
-
-    def _start(self, group: list[tuple[GenerationRequest, int]], updates: list[RequestUpdate]) -> list[int]:
-        """Prefill `group` and join it to the running batch (a request whose prefill fails fails alone); returns
-        the rows of the requests that ended already."""
+    def _start(self, group: list[GenerationRequest], updates: list[RequestUpdate]) -> None:
+        """Prefill `group` and join it to the running batch (a request whose prefill fails fails alone)."""
         if not group:
-            return []
+            return
         if len(group) > 1:
             try:
-                return self._join(group)
+                self._join(group)
+                return
             except Exception:  # find the request at fault: each alone
                 pass
-        ended = []
-        for request, row in group:
+        for request in group:
             try:
-                ended += self._join([(request, row)])
+                self._join([request])
             except Exception as error:
-                updates.append(self._failed(row, error, request))
-        return ended
+                updates.append(self._failed(request, error))
 
-    def _join(self, group: list[tuple[GenerationRequest, int]]) -> list[int]:
-        """Decode the first step of `group` (requests and their free rows) in a batch of its own, then join its
-        rows to the running batch; returns the rows of the requests that already ended."""
-        requests, rows = [request for request, _ in group], [row for _, row in group]
-        longest = max(len(request.input_ids) for request in requests)
+    def _join(self, group: list[GenerationRequest]) -> None:
+        """Decode the first step of `group` in a batch of its own, then join it to the running batch (or make it
+        the running batch)."""
+        longest = max(len(request.input_ids) for request in group)
         input_ids = torch.full((len(group), longest), self.pad_id, dtype=torch.long, device=self.device)
         mask = torch.zeros_like(input_ids)
-        for i, request in enumerate(requests):  # left padding, as batched generate
+        for i, request in enumerate(group):  # left padding, as batched generate
             input_ids[i, longest - len(request.input_ids) :] = torch.tensor(request.input_ids)
             mask[i, longest - len(request.input_ids) :] = 1
-        budgets = torch.tensor([request.max_new_tokens for request in requests], device=self.device)
-        record = self._record(input_ids)
-        record.row_criteria = {i: self._criteria(r) for i, r in enumerate(requests) if r.stop_strings}
-        padded = any(len(request.input_ids) < longest for request in requests)
+        budgets = torch.tensor([request.max_new_tokens for request in group], device=self.device)
+        record = output_record(
+            input_ids, self.layout, self.config, StoppingCriteriaList(), None, (), self.vocab_size,
+            policy_class(self.settings),
+        )
+        record.row_criteria = {i: self._criteria(r) for i, r in enumerate(group) if r.stop_strings}
+        padded = any(len(request.input_ids) < longest for request in group)
         loop = start_decoding(
             self.model, input_ids, mask, padded, budgets, self.layout, self.settings, self.config, self.processors,
             record,
         )
         loop.settle()
         loop.advance()
-        going = loop.settle()
-        step_offset = self.loop.join(loop, torch.tensor(rows, device=self.device))
-        for request, row in group:
-            self.rows[row] = RequestState(request, row, step_offset)
-        self.running_rows += [rows[i] for i in going]
-        going_on = set(going)
-        return [row for i, row in enumerate(rows) if i not in going_on]
+        loop.settle()
+        if self.loop is None:
+            self.loop = loop
+        else:
+            self.loop.join(loop)
+        self.running += [RequestState(request) for request in group]
 
     def _criteria(self, request: GenerationRequest) -> list:
         return list(StoppingCriteriaList([StopStringCriteria(self.tokenizer, request.stop_strings)]))
 
-    def _record(self, input_ids: torch.Tensor) -> OutputRecord:
-        return output_record(
-            input_ids, self.layout, self.config, StoppingCriteriaList(), None, (), self.vocab_size,
-            policy_class(self.settings),
-        )
-
-    def _empty_batch(self) -> DecodeLoop:
-        """A running batch of no rows, over an output record of `max_batch_size` rows whose prompts are
-        right-aligned to the longest a request may have."""
-        shape = (self.max_batch_size, self.max_sequence_length)
-        prompts = torch.zeros(shape, dtype=torch.long, device=self.device)  # `adopt` pads each row it fills
-        budgets = torch.zeros(self.max_batch_size, dtype=torch.long, device=self.device)
-        loop = start_decoding(
-            self.model, prompts, torch.zeros_like(prompts), True, budgets, self.layout, self.settings, self.config,
-            self.processors, self._record(prompts),
-        )
-        loop.keep_rows([])
-        return loop
-
     # ----- updates out -----
 
-    def _report(self, ended: list[int]) -> list[RequestUpdate]:
-        """Each running or ended request's new tokens, as the loop hands them back, and the ended ones' results
-        (their finish reason as the loop recorded it)."""
-        held = {row: self.rows[row] for row in self.running_rows + ended}
-        if not held:
+    def _report(self) -> list[RequestUpdate]:
+        """Each running request's new tokens, as the loop hands them back, and the ended ones' results (their
+        finish reason as the loop recorded it); ended requests then leave."""
+        if self.loop is None:
             return []
-        committed = self.loop.committed_since({row: len(state.tokens) for row, state in held.items()})
-        updates = []
-        for row, state in held.items():
-            new_tokens = committed[row]
-            state.tokens += new_tokens
+        updates, ended = [], []
+        for row, (held, progress) in enumerate(zip(self.running, self.loop.progress(self._reported()))):
+            held.tokens += progress.tokens
             result = None
-            if row in ended:
-                self.rows[row] = None
-                stats = self.loop.record.row_stats(row, state.step_offset)
-                result = state.result(stats.finish_reasons[0], stats)
-            if new_tokens or result is not None:
-                updates.append(RequestUpdate(state.request.request_id, new_tokens, result))
+            if progress.finish_reason:
+                result = held.result(progress.finish_reason, progress.stats)
+                ended.append(row)
+            if progress.tokens or result is not None:
+                updates.append(RequestUpdate(held.request.request_id, progress.tokens, result))
+        if ended:
+            self.loop.forget(ended)
+            self.running = [held for row, held in enumerate(self.running) if row not in ended]
+        if not self.running:
+            self.loop = None
         return updates
+
+    def _reported(self) -> list[int]:
+        return [len(held.tokens) for held in self.running]
 
     def fail_all(self, error: Exception) -> list[RequestUpdate]:
         """Fail every queued and running request (the caller hit a fault outside any one request) and start over."""
-        updates = [self._failed(row, error) for row, held in enumerate(self.rows) if held is not None]
-        updates += [self._failed(None, error, request) for request in self.queue]
+        updates = self._fail_running(error) + [self._failed(request, error) for request in self.queue]
         self.queue.clear()
-        self.running_rows, self.loop = [], self._empty_batch()
         return updates
 
-    def _failed(self, row: int | None, error: Exception, request: GenerationRequest | None = None) -> RequestUpdate:
-        if row is not None:
-            request = request or self.rows[row].request
-            self.rows[row] = None
+    def _fail_running(self, error: Exception) -> list[RequestUpdate]:
+        updates = [self._failed(held.request, error) for held in self.running]
+        self.running, self.loop = [], None
+        return updates
+
+    def _failed(self, request: GenerationRequest, error: Exception) -> RequestUpdate:
         message = f"{type(error).__name__}: {error}"
         return RequestUpdate(request.request_id, [], RequestResult(request.request_id, [], ERROR, error=message))

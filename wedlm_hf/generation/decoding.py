@@ -142,14 +142,19 @@ def output_record(
     vocab_size: int,
     policy_class: type,
 ) -> OutputRecord:
-    """The call's output record; finished rows are padded with `pad_token_id`, else the first EOS id, else 0."""
+    """The call's output record, finished rows padded with `pad_token_id(generation_config)`."""
     eos_ids = generation_config._eos_token_tensor
     eos_ids = eos_ids.to(input_ids.device) if eos_ids is not None else None
-    pad_id = generation_config._pad_token_tensor
-    pad_id = int(pad_id) if pad_id is not None else (int(eos_ids.flatten()[0]) if eos_ids is not None else 0)
     return OutputRecord(
-        input_ids, layout, pad_id, eos_ids, stopping_criteria, streamer, kinds, vocab_size, policy_class.counter_names
+        input_ids, layout, pad_token_id(generation_config), eos_ids, stopping_criteria, streamer, kinds, vocab_size,
+        policy_class.counter_names,
     )
+
+
+def pad_token_id(generation_config: GenerationConfig) -> int:
+    """What pads a row: `pad_token_id`, else the first EOS id, else 0 (the config's special tokens prepared)."""
+    pad_id, eos_ids = generation_config._pad_token_tensor, generation_config._eos_token_tensor
+    return int(pad_id) if pad_id is not None else (int(eos_ids.flatten()[0]) if eos_ids is not None else 0)
 
 
 def _first_window(

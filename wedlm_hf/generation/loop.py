@@ -16,6 +16,7 @@ from typing import Protocol
 
 import torch
 
+from .outputs import ENDED_BY, WeDLMStats
 from .record import OutputRecord
 from .window import Forward, StepPlan, WindowLayout, WindowState, feed_order
 
@@ -138,13 +139,25 @@ def feed(
     )
 
 
+@dataclass
+class RowProgress:
+    """What one input row gained since the caller's last look (`DecodeLoop.progress`)."""
+
+    tokens: list[int]
+    finish_reason: str
+    """Why it ended (generation/outputs.py), "" while it runs."""
+    stats: WeDLMStats | None
+    """Its statistics as a call of its own reports them, once it ended."""
+
+
 class DecodeLoop:
     """The loop between two steps, so a caller can drive it step by step and let rows join or leave at a step
     boundary (continuous batching: the package's `continuous` scheduler); `run` drives it to the end.
 
     A step is `settle` (commit, the one host read, finished rows leave) then `advance` (the forward and the
     policy's update). Between the two, every row's commits are applied and its next forward is planned: the point
-    where rows can join (`join`) or be dropped (`keep_rows`).
+    where rows can join (`join`), be cancelled (`cancel`), report (`progress`) and, once ended, be forgotten
+    (`forget`).
     """
 
     def __init__(
@@ -189,16 +202,15 @@ class DecodeLoop:
         forward = feed(self.state, self.layout, self.plan, self.sync, self.backend, self.record)
         self.kept = self.policy.update(self.state, self.plan, forward)
 
-    def join(self, other: "DecodeLoop", rows: torch.Tensor) -> int:
-        """Append `other`'s running rows, settled after their first forward in a loop of their own over the same
-        layout, as this record's input rows `rows` (one per input row of `other`'s record). Returns the step
-        offset of `other`'s forward numbers in this record (`OutputRecord.row_stats`)."""
-        step_offset = self.record.steps - other.record.steps
-        self.record.adopt(other.record, rows, step_offset)
+    def join(self, other: "DecodeLoop") -> None:
+        """Append `other`'s rows, settled after their first forward in a loop of their own over the same layout:
+        its record's rows after this record's, its running rows after these running rows."""
+        offset, first_row = self.record.steps - other.record.steps, self.record.sequences.shape[0]
+        self.record.join(other.record)
         if other.state.rows.shape[0] == 0:  # all of them ended in their first step: only their output joins
-            return step_offset
-        other.state.rows = rows[other.state.rows]
-        other.state.fill_step = other.state.fill_step + step_offset
+            return
+        other.state.rows = other.state.rows + first_row
+        other.state.fill_step = other.state.fill_step + offset
         if self.state.rows.shape[0] == 0:
             self.plan, self.sync = other.plan, other.sync
         else:
@@ -210,28 +222,45 @@ class DecodeLoop:
         self.state.join(other.state)
         self.policy.join_rows(other.policy)
         self.backend.join_rows(other.backend)
-        return step_offset
 
-    def committed_since(self, reported: dict[int, int]) -> dict[int, list[int]]:
-        """The tokens each input row of `reported` committed after its first `reported[row]`, running or ended (a
-        caller reporting rows step by step): one host read, and one more per row that gained over a window."""
+    def cancel(self, rows: list[int]) -> None:
+        """End input rows `rows` now (a client cancelled them): they leave the running batch, recorded as cancelled."""
+        running = self.state.rows.tolist()
+        self.record.cancel(torch.tensor(rows, dtype=torch.long, device=self.state.rows.device))
+        self.keep_rows([i for i, row in enumerate(running) if row not in rows])
+
+    def forget(self, rows: list[int]) -> None:
+        """Drop ended input rows `rows` from the record (their output was read): the later rows move up."""
+        gone = set(rows)
+        moved = self.record.keep([row for row in range(self.record.sequences.shape[0]) if row not in gone])
+        self.state.rows = moved[self.state.rows]
+
+    @property
+    def running(self) -> int:
+        """How many rows are still decoding."""
+        return self.state.rows.shape[0]
+
+    def progress(self, reported: list[int]) -> list[RowProgress]:
+        """Every input row's tokens committed after its first `reported[row]`, why it ended and its statistics
+        once it has, for a caller reporting rows step by step: one host read, and one more per row that gained over
+        a window."""
         record, width = self.record, self.layout.width
         generated = record.totals["generated"].clone()
         generated[self.state.rows] = self.state.generated
-        rows = torch.tensor(list(reported), dtype=torch.long, device=generated.device)
-        known = torch.tensor(list(reported.values()), dtype=torch.long, device=generated.device)
+        known = torch.tensor(reported, dtype=torch.long, device=generated.device)
         columns = record.prompt_length + known[:, None] + self.layout.slots
-        window = record.sequences[rows].gather(1, columns.clamp(max=record.sequences.shape[1] - 1))
-        host = torch.cat([generated[rows], window.flatten()]).tolist()
-        committed = {}
-        for i, (row, count) in enumerate(reported.items()):
-            gained = host[i] - count
-            start = len(reported) + i * width
-            committed[row] = host[start : start + min(gained, width)]
+        window = record.sequences.gather(1, columns.clamp(max=record.sequences.shape[1] - 1))
+        host = torch.cat([generated, record.finish, window.flatten()]).tolist()
+        rows, progress = len(reported), []
+        for row, count in enumerate(reported):
+            gained, start = host[row] - count, 2 * rows + row * width
+            tokens = host[start : start + min(gained, width)]
             if gained > width:  # more than a window in one step: read the rest
                 begin = record.prompt_length + count + width
-                committed[row] += record.sequences[row, begin : begin + gained - width].tolist()
-        return committed
+                tokens += record.sequences[row, begin : begin + gained - width].tolist()
+            reason = ENDED_BY[host[rows + row]]
+            progress.append(RowProgress(tokens, reason, record.row_stats(row) if reason else None))
+        return progress
 
 
 def run(loop: DecodeLoop) -> None:

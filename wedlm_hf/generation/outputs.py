@@ -6,9 +6,10 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 EOS, STOP, LENGTH, CANCELLED, ERROR = "eos", "stop", "length", "cancelled", "error"
 """Why a row ended: its EOS token; a stop string (or another stopping criterion of the call); its max_new_tokens;
-cancelled by a client; failed. The decode loop records the first three (`OutputRecord.commit`), a server the last
-two. Strings, not an enum: `generation/` is exported as flat remote code (docs/architecture.md)."""
-ENDED_BY = ("", EOS, STOP, LENGTH)
+cancelled by a client; failed. The decode loop records the first three (`OutputRecord.commit`) and a row the
+scheduler drops (`OutputRecord.cancel`); a failure only the server knows (its loop is gone). Strings, not an enum:
+`generation/` is exported as flat remote code (docs/architecture.md)."""
+ENDED_BY = ("", EOS, STOP, LENGTH, CANCELLED)
 """`OutputRecord.finish` codes: each reason's index ("": still running)."""
 
 

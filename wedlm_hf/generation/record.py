@@ -1,8 +1,9 @@
 """What one `generate` call has produced so far: the output ids, per-token traces and scores, per-row totals, the
 streamer and the step counter, with the commit rule (EOS, stopping criteria, max_new_tokens) that writes to them.
 
-Everything here is indexed by *input* row (`WindowState.rows` maps running rows to it), so rows leaving or joining
-the running batch never move what is already recorded.
+Everything here is indexed by *input* row (`WindowState.rows` maps running rows to it), so rows leaving the running
+batch never move what is already recorded. Continuous batching appends rows (`join`) and forgets reported ones
+(`keep`) at step boundaries, and the loop remaps `WindowState.rows` then.
 """
 
 import torch
@@ -10,7 +11,7 @@ from transformers import StoppingCriteriaList
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 from transformers.generation.streamers import BaseStreamer
 
-from .outputs import ENDED_BY, EOS, LENGTH, STOP, WeDLMGenerateOutput, WeDLMStats
+from .outputs import CANCELLED, ENDED_BY, EOS, LENGTH, STOP, WeDLMGenerateOutput, WeDLMStats
 from .window import WindowLayout, WindowState
 
 BASE_TOTALS = ("forwards", "generated", "processed")
@@ -44,8 +45,6 @@ class OutputRecord:
         """One column past the output: dense writes aim every slot they do not commit there."""
         self.sequences = torch.full((batch_size, self.prompt_length + outputs), pad_id, dtype=torch.long, device=device)
         self.sequences[:, : self.prompt_length] = input_ids
-        self.new_tokens = self.sequences[:, self.prompt_length :]
-        """A view of the generated columns: commits write through it."""
         self.fill_step = torch.zeros((batch_size, outputs), dtype=torch.long, device=device)
         self.commit_step = torch.zeros((batch_size, outputs), dtype=torch.long, device=device)
         self.token_scores = {kind: torch.zeros(batch_size, outputs, vocab_size, device=device) for kind in score_kinds}
@@ -56,8 +55,16 @@ class OutputRecord:
         """Per input row: each counter's value when the row left (`forwards`: the step count then)."""
         self.finish = torch.zeros(batch_size, dtype=torch.long, device=device)
         """Per input row: why it ended, as an index into `ENDED_BY` (0 while it runs); written once, by `commit`."""
+        self.first_step = torch.zeros(batch_size, dtype=torch.long, device=device)
+        """Per input row: the model calls made before its first forward (0 but for rows that `join` later), so its
+        statistics count from its own first forward."""
         self.steps = 0
         """Model calls so far (the live step number; the forward being prepared is `steps + 1`)."""
+
+    @property
+    def new_tokens(self) -> torch.Tensor:
+        """A view of the generated columns: commits write through it."""
+        return self.sequences[:, self.prompt_length :]
 
     def commit(self, state: WindowState, num_leading: torch.Tensor, start: int = 0) -> torch.Tensor:
         """Write up to `num_leading` window slots from `start` to the output, cut after the first EOS or stopping
@@ -142,32 +149,56 @@ class OutputRecord:
         for name, value in counters.items():
             self.totals[name][state.rows] = value
 
-    def adopt(self, other: "OutputRecord", rows: torch.Tensor, step_offset: int) -> None:
-        """Take over `other`'s input rows as this record's `rows` (continuous batching: requests ran their first
-        forward in a record of their own, over the same layout). Prompts are right-aligned to this record's
-        prompt length; forward numbers move into this record's count by `step_offset` (see `row_stats`)."""
-        padding = self.prompt_length - other.prompt_length
-        self.sequences[rows] = self.pad_id
-        self.sequences[rows, padding:] = other.sequences
-        self.fill_step[rows] = other.fill_step + step_offset
-        self.commit_step[rows] = other.commit_step + step_offset
+    def join(self, other: "OutputRecord") -> None:
+        """Append `other`'s rows (continuous batching: requests ran their first forward in a record of their own,
+        over the same layout). Prompts stay right-aligned, to the longer prompt length of the two; `other`'s forward
+        numbers move into this record's count, and its rows' statistics still count from their own first forward."""
+        offset = self.steps - other.steps
+        prompt_length = max(self.prompt_length, other.prompt_length)
+        first_row = self.sequences.shape[0]
+        self.sequences = torch.cat([self._prompt_widened(prompt_length), other._prompt_widened(prompt_length)])
+        self.prompt_length = prompt_length
+        self.fill_step = torch.cat([self.fill_step, other.fill_step + offset])
+        self.commit_step = torch.cat([self.commit_step, other.commit_step + offset])
         for kind, store in self.token_scores.items():
-            store[rows] = other.token_scores[kind]
+            self.token_scores[kind] = torch.cat([store, other.token_scores[kind]])
         for name, total in self.totals.items():
-            total[rows] = other.totals[name] + (step_offset if name == "forwards" else 0)
-        self.finish[rows] = other.finish
-        for i, row in enumerate(rows.tolist()):
-            criteria = other.user_criteria + other.row_criteria.get(i, [])
-            if criteria:
-                self.row_criteria[row] = criteria
-            else:  # an empty entry would still send every commit through the per-row criteria check
-                self.row_criteria.pop(row, None)
+            self.totals[name] = torch.cat([total, other.totals[name] + (offset if name == "forwards" else 0)])
+        self.finish = torch.cat([self.finish, other.finish])
+        self.first_step = torch.cat([self.first_step, other.first_step + offset])
+        for row in range(other.sequences.shape[0]):
+            criteria = other.user_criteria + other.row_criteria.get(row, [])
+            if criteria:  # an empty entry would still send every commit through the per-row criteria check
+                self.row_criteria[first_row + row] = criteria
 
-    def row_stats(self, row: int, step_offset: int = 0) -> WeDLMStats:
-        """Input row `row`'s statistics as a call of its own reports them: `step_offset` (the record's forward
-        count before the row's first forward, as `adopt` was told) is taken off every forward number."""
-        forwards = int(self.totals["forwards"][row]) - step_offset
-        return self._stats([row], step_offset, model_calls=forwards)
+    def _prompt_widened(self, prompt_length: int) -> torch.Tensor:
+        """`sequences` with padding prepended, so the prompt columns are `prompt_length` wide."""
+        padding = self.sequences.new_full((self.sequences.shape[0], prompt_length - self.prompt_length), self.pad_id)
+        return torch.cat([padding, self.sequences], dim=1)
+
+    def keep(self, rows: list[int]) -> torch.Tensor:
+        """Forget every input row but `rows` (continuous batching: ended rows, once reported); returns each former
+        row's new index, -1 for a forgotten one."""
+        index = torch.tensor(rows, dtype=torch.long, device=self.sequences.device)
+        moved = torch.full((self.sequences.shape[0],), -1, dtype=torch.long, device=index.device)
+        moved[index] = torch.arange(len(rows), device=index.device)
+        self.sequences, self.finish, self.first_step = self.sequences[index], self.finish[index], self.first_step[index]
+        self.fill_step, self.commit_step = self.fill_step[index], self.commit_step[index]
+        self.token_scores = {kind: store[index] for kind, store in self.token_scores.items()}
+        self.totals = {name: total[index] for name, total in self.totals.items()}
+        self.row_criteria = {new: self.row_criteria[old] for new, old in enumerate(rows) if old in self.row_criteria}
+        return moved
+
+    def cancel(self, rows: torch.Tensor) -> None:
+        """Record input rows `rows` as cancelled (unless they ended already)."""
+        running = self.finish[rows] == 0
+        self.finish[rows] = torch.where(running, ENDED_BY.index(CANCELLED), self.finish[rows])
+
+    def row_stats(self, row: int) -> WeDLMStats:
+        """Input row `row`'s statistics as a call of its own reports them (numbered from its first forward)."""
+        first_step = int(self.first_step[row])
+        forwards = int(self.totals["forwards"][row]) - first_step
+        return self._stats([row], first_step, model_calls=forwards)
 
     def output(self, return_dict: bool) -> WeDLMGenerateOutput | torch.LongTensor:
         """The `generate` result: the sequences cut to the longest row, or with scores, logits and statistics."""
@@ -182,14 +213,14 @@ class OutputRecord:
             wedlm_stats=self._stats(list(range(len(generated))), 0, self.steps),
         )
 
-    def _stats(self, rows: list[int], step_offset: int, model_calls: int) -> WeDLMStats:
+    def _stats(self, rows: list[int], first_step: int, model_calls: int) -> WeDLMStats:
         """Counters of `rows`, with each row's per-token trace: the forward that filled each token and the one that
-        committed it (numbered from `step_offset`)."""
+        committed it (numbered after `first_step`)."""
         totals = {name: total[rows].tolist() for name, total in self.totals.items()}
-        totals["forwards"] = [forwards - step_offset for forwards in totals["forwards"]]
+        totals["forwards"] = [forwards - first_step for forwards in totals["forwards"]]
         extra = {name: value for name, value in totals.items() if name not in BASE_TOTALS}
         traces = {
-            name: [(steps[row, :count] - step_offset).tolist() for row, count in zip(rows, totals["generated"])]
+            name: [(steps[row, :count] - first_step).tolist() for row, count in zip(rows, totals["generated"])]
             for name, steps in (("fill_steps", self.fill_step), ("commit_steps", self.commit_step))
         }
         return WeDLMStats(
