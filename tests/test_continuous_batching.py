@@ -89,16 +89,17 @@ def test_staggered_requests_decode_as_alone(family, wedlm):
 
     def holds_only_the_running_requests(s):
         sizes.append(len(s.running))
+        loop = s.batch.loop
         if not s.running:  # no batch is kept (or built) for requests that are not there
-            assert s.loop is None
+            assert loop is None
             return
-        record = s.loop.record
-        assert record.sequences.shape[0] == s.loop.running == len(s.running)  # no row beyond a running request
+        record = loop.record
+        assert record.sequences.shape[0] == loop.running == len(s.running)  # no row beyond a running request
         assert record.prompt_length <= max(len(p) for p in PROMPTS)  # prompt columns as wide as real prompts
 
     results = run_staggered(scheduler, requests, ARRIVALS, holds_only_the_running_requests)
     assert max(sizes) == 3 and len(results) == len(requests)  # batches really formed, and capped
-    assert scheduler.loop is None
+    assert scheduler.batch.loop is None
     assert_alone_equal(model, config, requests, results)
     if wedlm.get("wedlm_lossless"):  # lossless: also exactly greedy AR
         for request in requests:

@@ -3,12 +3,10 @@ they end, so one forward per step serves every running request.
 
 A request waits in a queue until the admission policy (admission.py; by default first come, first served while a
 row is free, `max_batch_size`, and its tokens fit, `max_batch_tokens`: prompt plus max_new_tokens, summed over the
-batch) starts it. Each step is admit -> prefill and join -> advance -> report. Admitted requests are decoded first
-in a batch of their own (their prompt and first window in one forward, as `generate` does), then settled and
-*joined*: their window state, draft state, cached K/V (left-padded to the running batch's columns) and output rows
-are appended to the running batch (`DecodeLoop.join`); the first group admitted into an empty scheduler *is* the
-running batch. A request's row in the running batch's output record is its index in `running`: a request that
-ended is reported, then its row is forgotten (`DecodeLoop.forget`), and the batch is dropped once no request runs.
+batch) starts it. Each step is admit -> prefill and join -> advance -> report, as a small inference engine's:
+the scheduler keeps the requests (queue, `running`, cancellations, results) and the running batch (batch.py) the
+rows, a request's row being its index in `running`. Admitted requests are decoded through their first step in a
+batch of their own, then join the running batch; a request that ended is reported, then its row is forgotten.
 Every row keeps its own positions, window, budget and stopping criteria, so its output is what a `generate` call
 of its own produces (greedy and lossless; batched rows differ from lone ones only where floating-point sums over a
 wider, padded batch flip a near-tie, as in batched `generate`).
@@ -18,22 +16,16 @@ A fault in a request's first step fails that request alone; a fault in a shared 
 (each gets one error) and the scheduler carries on (the next admitted group starts a new batch).
 """
 
-import copy
 from collections import deque
 from dataclasses import dataclass, field
 
 import torch
-from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteriaList
-from transformers import StopStringCriteria
+from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
-from ..generation.decoding import output_record, pad_token_id, policy_class, start_decoding
-from ..generation.loop import DecodeLoop
 from ..generation.outputs import CANCELLED, ERROR
-from ..generation.settings import WeDLMSettings
-from ..generation.processors import split_suppressed
-from ..generation.window import WindowLayout
-from ..generation.validation import check_request, check_settings, position_limit_error
+from ..generation.validation import position_limit_error
 from .admission import AdmissionPolicy, FirstComeFirstServed
+from .batch import RunningBatch
 from .requests import GenerationRequest, RequestResult, RequestUpdate
 
 
@@ -43,11 +35,6 @@ class RequestState:
 
     request: GenerationRequest
     tokens: list[int] = field(default_factory=list)
-
-    @property
-    def remaining(self) -> int:
-        """Tokens it may still generate."""
-        return self.request.max_new_tokens - len(self.tokens)
 
     def result(self, finish_reason: str, stats=None, error: str | None = None) -> RequestResult:
         return RequestResult(self.request.request_id, self.tokens, finish_reason, stats, error)
@@ -70,35 +57,14 @@ class WeDLMScheduler:
         if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or max_batch_size < 1:
             raise ValueError(f"`max_batch_size` must be an integer >= 1, got {max_batch_size!r}.")
         self.model, self.tokenizer = model, tokenizer
-        self.config = config = copy.deepcopy(generation_config or model.generation_config)
-        self.device = device = model.device
-        model._prepare_special_tokens(config, kwargs_has_attention_mask=True, device=device)
-        processors = model._get_logits_processor(config, device=device, model_kwargs={})
-        check_request(model, config, {}, synced_gpus=False)
-        self.processors, suppressed = split_suppressed(processors)
-        self.vocab_size = model.config.get_text_config().vocab_size
-        self.settings = WeDLMSettings.resolve(config, model.config, self.vocab_size)
-        check_settings(self.settings, model, config, self.processors)
-        if self.settings.static:
-            raise ValueError("`wedlm_static=True` preallocates a fixed batch, so requests cannot join it; drop it.")
-        if config.output_scores or config.output_logits:
-            raise ValueError("Continuous batching returns tokens and statistics, not scores or logits; drop them.")
-        limit = max_sequence_length or getattr(model.config.get_text_config(), "max_position_embeddings", None)
-        if not limit:
-            raise ValueError("The model declares no max_position_embeddings: pass `max_sequence_length=`.")
-        self.max_sequence_length = int(limit)
+        self.batch = RunningBatch(model, generation_config, max_sequence_length, tokenizer)
+        self.max_sequence_length = self.batch.max_sequence_length
         self.max_batch_size, self.max_batch_tokens = max_batch_size, max_batch_tokens
-        self.layout = WindowLayout.create(
-            self.settings.mask_token_id, self.settings.window_size, self.max_sequence_length, device, suppressed
-        )
         self.admission = admission or FirstComeFirstServed(max_batch_tokens)
         self.queue: deque[GenerationRequest] = deque()
         self.running: list[RequestState] = []
-        """The running requests, in the order of the running batch's output record rows."""
-        self.loop: DecodeLoop | None = None
-        """The running batch; None while no request runs."""
+        """The running requests; each one's row in the running batch is its index here."""
         self.cancelled: set[str] = set()
-        self.pad_id = pad_token_id(config)
 
     # ----- requests in -----
 
@@ -107,8 +73,9 @@ class WeDLMScheduler:
         prompt, budget = request.input_ids, request.max_new_tokens
         if len(prompt) == 0:
             raise ValueError("The prompt is empty: WeDLM decoding needs at least one prompt token.")
-        if any(not isinstance(token, int) or not 0 <= token < self.vocab_size for token in prompt):
-            raise ValueError(f"Prompt token ids must be integers in [0, {self.vocab_size}).")
+        vocab_size = self.batch.vocab_size
+        if any(not isinstance(token, int) or not 0 <= token < vocab_size for token in prompt):
+            raise ValueError(f"Prompt token ids must be integers in [0, {vocab_size}).")
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
             raise ValueError(f"`max_new_tokens` must be an integer >= 1, got {budget!r}.")
         problem = position_limit_error(self.model, len(prompt), budget)
@@ -151,12 +118,10 @@ class WeDLMScheduler:
         of the running batch, report."""
         updates = self._drop_cancelled()
         self._start(self.admission.admit(self.queue, self.max_batch_size - len(self.running), self._requests()), updates)
-        if self.loop is not None and self.loop.running:
-            try:
-                self.loop.advance()
-                self.loop.settle()
-            except Exception as error:  # a shared step: every request in the batch fails, once
-                return updates + self._fail_running(error)
+        try:
+            self.batch.step()
+        except Exception as error:  # a shared step: every request in the batch fails, once
+            return updates + self._fail_running(error)
         return updates + self._report()
 
     def _requests(self) -> list[GenerationRequest]:
@@ -173,66 +138,34 @@ class WeDLMScheduler:
         self.queue = deque(r for r in self.queue if r.request_id not in cancelled)
         rows = [row for row, held in enumerate(self.running) if held.request.request_id in cancelled]
         if rows:
-            self.loop.cancel(rows)
+            self.batch.cancel(rows)
         return updates
 
     def _start(self, group: list[GenerationRequest], updates: list[RequestUpdate]) -> None:
         """Prefill `group` and join it to the running batch (a request whose prefill fails fails alone)."""
-        if not group:
-            return
         if len(group) > 1:
             try:
-                self._join(group)
+                self._run(group)
                 return
             except Exception:  # find the request at fault: each alone
                 pass
         for request in group:
             try:
-                self._join([request])
+                self._run([request])
             except Exception as error:
                 updates.append(self._failed(request, error))
 
-    def _join(self, group: list[GenerationRequest]) -> None:
-        """Decode the first step of `group` in a batch of its own, then join it to the running batch (or make it
-        the running batch)."""
-        longest = max(len(request.input_ids) for request in group)
-        input_ids = torch.full((len(group), longest), self.pad_id, dtype=torch.long, device=self.device)
-        mask = torch.zeros_like(input_ids)
-        for i, request in enumerate(group):  # left padding, as batched generate
-            input_ids[i, longest - len(request.input_ids) :] = torch.tensor(request.input_ids)
-            mask[i, longest - len(request.input_ids) :] = 1
-        budgets = torch.tensor([request.max_new_tokens for request in group], device=self.device)
-        record = output_record(
-            input_ids, self.layout, self.config, StoppingCriteriaList(), None, (), self.vocab_size,
-            policy_class(self.settings),
-        )
-        record.row_criteria = {i: self._criteria(r) for i, r in enumerate(group) if r.stop_strings}
-        padded = any(len(request.input_ids) < longest for request in group)
-        loop = start_decoding(
-            self.model, input_ids, mask, padded, budgets, self.layout, self.settings, self.config, self.processors,
-            record,
-        )
-        loop.settle()
-        loop.advance()
-        loop.settle()
-        if self.loop is None:
-            self.loop = loop
-        else:
-            self.loop.join(loop)
+    def _run(self, group: list[GenerationRequest]) -> None:
+        self.batch.start(group)
         self.running += [RequestState(request) for request in group]
-
-    def _criteria(self, request: GenerationRequest) -> list:
-        return list(StoppingCriteriaList([StopStringCriteria(self.tokenizer, request.stop_strings)]))
 
     # ----- updates out -----
 
     def _report(self) -> list[RequestUpdate]:
         """Each running request's new tokens, as the loop hands them back, and the ended ones' results (their
         finish reason as the loop recorded it); ended requests then leave."""
-        if self.loop is None:
-            return []
         updates, ended = [], []
-        for row, (held, progress) in enumerate(zip(self.running, self.loop.progress(self._reported()))):
+        for row, (held, progress) in enumerate(zip(self.running, self.batch.progress(self._reported()))):
             held.tokens += progress.tokens
             result = None
             if progress.finish_reason:
@@ -241,10 +174,8 @@ class WeDLMScheduler:
             if progress.tokens or result is not None:
                 updates.append(RequestUpdate(held.request.request_id, progress.tokens, result))
         if ended:
-            self.loop.forget(ended)
+            self.batch.forget(ended)
             self.running = [held for row, held in enumerate(self.running) if row not in ended]
-        if not self.running:
-            self.loop = None
         return updates
 
     def _reported(self) -> list[int]:
@@ -258,7 +189,8 @@ class WeDLMScheduler:
 
     def _fail_running(self, error: Exception) -> list[RequestUpdate]:
         updates = [self._failed(held.request, error) for held in self.running]
-        self.running, self.loop = [], None
+        self.running = []
+        self.batch.clear()
         return updates
 
     def _failed(self, request: GenerationRequest, error: Exception) -> RequestUpdate:

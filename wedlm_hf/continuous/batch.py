@@ -1,0 +1,114 @@
+"""The running batch of continuous batching: the decode loop every running request's row is part of, and the
+decoding setup all rows share (one generation config: sampling, logits processors, EOS, the WeDLM settings).
+
+It knows rows, not requests (the scheduler maps one to the other): an admitted group is decoded through its first
+step in a batch of its own, then joins (`DecodeLoop.join`); the first group into an idle batch becomes the loop,
+and the loop is dropped once its last row is forgotten, so the batch only ever holds rows that decode.
+"""
+
+import copy
+
+import torch
+from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteriaList
+from transformers import StopStringCriteria
+
+from ..generation.decoding import output_record, pad_token_id, policy_class, start_decoding
+from ..generation.loop import DecodeLoop, RowProgress
+from ..generation.processors import split_suppressed
+from ..generation.settings import WeDLMSettings
+from ..generation.validation import check_request, check_settings
+from ..generation.window import WindowLayout
+from .requests import GenerationRequest
+
+
+class RunningBatch:
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        generation_config: GenerationConfig | None,
+        max_sequence_length: int | None,
+        tokenizer: PreTrainedTokenizerBase | None,
+    ):
+        self.model, self.tokenizer = model, tokenizer
+        self.config = config = copy.deepcopy(generation_config or model.generation_config)
+        self.device = device = model.device
+        model._prepare_special_tokens(config, kwargs_has_attention_mask=True, device=device)
+        processors = model._get_logits_processor(config, device=device, model_kwargs={})
+        check_request(model, config, {}, synced_gpus=False)
+        self.processors, suppressed = split_suppressed(processors)
+        self.vocab_size = model.config.get_text_config().vocab_size
+        self.settings = WeDLMSettings.resolve(config, model.config, self.vocab_size)
+        check_settings(self.settings, model, config, self.processors)
+        if self.settings.static:
+            raise ValueError("`wedlm_static=True` preallocates a fixed batch, so requests cannot join it; drop it.")
+        if config.output_scores or config.output_logits:
+            raise ValueError("Continuous batching returns tokens and statistics, not scores or logits; drop them.")
+        limit = max_sequence_length or getattr(model.config.get_text_config(), "max_position_embeddings", None)
+        if not limit:
+            raise ValueError("The model declares no max_position_embeddings: pass `max_sequence_length=`.")
+        self.max_sequence_length = int(limit)
+        self.layout = WindowLayout.create(
+            self.settings.mask_token_id, self.settings.window_size, self.max_sequence_length, device, suppressed
+        )
+        self.pad_id = pad_token_id(config)
+        self.loop: DecodeLoop | None = None
+        """The rows decoding together; None while there are none."""
+
+    @property
+    def rows(self) -> int:
+        """Rows held: decoding, or ended and not yet forgotten."""
+        return 0 if self.loop is None else self.loop.record.sequences.shape[0]
+
+    def start(self, group: list[GenerationRequest]) -> None:
+        """Decode the first step of `group` in a batch of its own (prompt and first window in one forward, as
+        `generate` does), then append its rows, in order, after the held ones."""
+        longest = max(len(request.input_ids) for request in group)
+        input_ids = torch.full((len(group), longest), self.pad_id, dtype=torch.long, device=self.device)
+        mask = torch.zeros_like(input_ids)
+        for i, request in enumerate(group):  # left padding, as batched generate
+            input_ids[i, longest - len(request.input_ids) :] = torch.tensor(request.input_ids)
+            mask[i, longest - len(request.input_ids) :] = 1
+        budgets = torch.tensor([request.max_new_tokens for request in group], device=self.device)
+        record = output_record(
+            input_ids, self.layout, self.config, StoppingCriteriaList(), None, (), self.vocab_size,
+            policy_class(self.settings),
+        )
+        record.row_criteria = {
+            i: list(StoppingCriteriaList([StopStringCriteria(self.tokenizer, request.stop_strings)]))
+            for i, request in enumerate(group) if request.stop_strings
+        }
+        padded = any(len(request.input_ids) < longest for request in group)
+        loop = start_decoding(
+            self.model, input_ids, mask, padded, budgets, self.layout, self.settings, self.config, self.processors,
+            record,
+        )
+        loop.settle()
+        loop.advance()
+        loop.settle()
+        if self.loop is None:
+            self.loop = loop
+        else:
+            self.loop.join(loop)
+
+    def step(self) -> None:
+        """One forward of the decoding rows, settled (rows it ended leave the loop, to be reported)."""
+        if self.loop is not None and self.loop.running:
+            self.loop.advance()
+            self.loop.settle()
+
+    def progress(self, reported: list[int]) -> list[RowProgress]:
+        """Each held row's new tokens after the first `reported[row]`, its finish reason and, once ended, stats."""
+        return [] if self.loop is None else self.loop.progress(reported)
+
+    def cancel(self, rows: list[int]) -> None:
+        self.loop.cancel(rows)
+
+    def forget(self, rows: list[int]) -> None:
+        """Drop ended rows `rows` (reported): the later rows move up; with none left, the loop goes."""
+        self.loop.forget(rows)
+        if self.rows == 0:
+            self.loop = None
+
+    def clear(self) -> None:
+        """Drop every row (after a fault in a shared step, whose state cannot be trusted)."""
+        self.loop = None
