@@ -295,3 +295,24 @@ def test_smollm2_lossless_staggered_requests_equal_greedy():
         )
         assert results[request.request_id].tokens == greedy[0, len(request.input_ids) :].tolist()
     assert all(r.stats.accepted is not None for r in results.values())
+
+
+def test_lossless_sampling_never_draws_the_mask_id():
+    """The mask id marks empty slots: lossless sampling suppresses it in continuous batching as `generate` does,
+    even for a model that gives it a third of the probability."""
+    model = tiny_model("wedlm", seed=3, peak=1.0)
+    head = torch.nn.Linear(64, 96, bias=True)
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.zero_()
+        head.bias[MASK_ID] = 4.0  # e^4 / (e^4 + 95): about 36% of the mass
+        head.bias[EOS_ID] = -1e4
+    model.lm_head = head
+    model = wedlm_hf.enable(model)
+    config = server_config(model, wedlm_lossless=True, do_sample=True)
+    scheduler = WeDLMScheduler(model, config, max_batch_size=3)
+    requests = [GenerationRequest(p, 16, request_id=str(i)) for i, p in enumerate(PROMPTS)]
+    torch.manual_seed(0)
+    results = run_staggered(scheduler, requests, ARRIVALS)
+    drawn = [token for result in results.values() for token in result.tokens]
+    assert len(drawn) == 16 * len(PROMPTS) and MASK_ID not in drawn

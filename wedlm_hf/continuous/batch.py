@@ -12,9 +12,8 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteriaList
 from transformers import StopStringCriteria
 
-from ..generation.decoding import output_record, pad_token_id, policy_class, start_decoding
+from ..generation.decoding import output_record, pad_token_id, policy_class, start_decoding, window_processors
 from ..generation.loop import DecodeLoop, RowProgress
-from ..generation.processors import split_suppressed
 from ..generation.settings import WeDLMSettings
 from ..generation.validation import check_request, check_settings
 from ..generation.window import WindowLayout
@@ -35,9 +34,9 @@ class RunningBatch:
         model._prepare_special_tokens(config, kwargs_has_attention_mask=True, device=device)
         processors = model._get_logits_processor(config, device=device, model_kwargs={})
         check_request(model, config, {}, synced_gpus=False)
-        self.processors, suppressed = split_suppressed(processors)
         self.vocab_size = model.config.get_text_config().vocab_size
         self.settings = WeDLMSettings.resolve(config, model.config, self.vocab_size)
+        self.processors, suppressed = window_processors(self.settings, config, processors)
         check_settings(self.settings, model, config, self.processors)
         if self.settings.static:
             raise ValueError("`wedlm_static=True` preallocates a fixed batch, so requests cannot join it; drop it.")

@@ -70,9 +70,7 @@ def wedlm_decode(
         wedlm_draft_schedule=wedlm_draft_schedule, wedlm_static=wedlm_static, wedlm_prompt_lookup=wedlm_prompt_lookup,
         wedlm_prompt_lookup_ngram=wedlm_prompt_lookup_ngram, wedlm_prompt_lookup_tokens=wedlm_prompt_lookup_tokens,
     )
-    # the mask id marks empty slots: lossless sampling never draws it (`split_suppressed`)
-    never = (settings.mask_token_id,) if settings.lossless and generation_config.do_sample else ()
-    logits_processor, suppressed = split_suppressed(logits_processor, never)
+    logits_processor, suppressed = window_processors(settings, generation_config, logits_processor)
     check_settings(settings, model, generation_config, logits_processor)
     max_new_tokens = generation_config.max_length - input_ids.shape[1]
     mask, prompt_lengths = checked_prompt(model, input_ids, model_kwargs, max_new_tokens)
@@ -91,6 +89,15 @@ def wedlm_decode(
     if streamer is not None:
         streamer.end()
     return record.output(generation_config.return_dict_in_generate)
+
+
+def window_processors(
+    settings: WeDLMSettings, generation_config: GenerationConfig, logits_processor: LogitsProcessorList
+) -> tuple[LogitsProcessorList, torch.Tensor | None]:
+    """The processors the loop runs, and the ids every forward suppresses (`split_suppressed`): the mask id marks
+    empty slots, so lossless sampling never draws it."""
+    never = (settings.mask_token_id,) if settings.lossless and generation_config.do_sample else ()
+    return split_suppressed(logits_processor, never)
 
 
 def policy_class(settings: WeDLMSettings) -> type:
