@@ -72,7 +72,7 @@ def test_batch_row_equals_the_one_prompt_output(flags, capsys, tmp_path):
 
 
 @pytest.mark.parametrize("argv,line", [
-    (["--threshold", "abc", PROMPT], "--entropy-threshold/--threshold: must be a number >= 0, or None"),
+    (["--threshold", "abc", PROMPT], "--entropy-threshold/--threshold: must be a number >= 0, or 'none' for one slot per step"),
     (["--window-size", "many", PROMPT], "--window-size: must be an integer >= 1; got 'many'"),
     (["--windw-size", "4", "1, 2, 3,"], "unknown option --windw-size (did you mean --window-size?)"),
     (["--prompt-file", "nope.txt"], "--prompt-file nope.txt: no such file"),

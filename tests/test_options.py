@@ -145,9 +145,10 @@ def test_accepts_describes_and_checks_alike():
     threshold = Accepts("number", minimum=0, none_means="one slot per step")
     assert threshold(None) and threshold(0.5) and not threshold(-1) and not threshold(True) and not threshold("1")
     assert threshold.describe() == "a number >= 0, or None for one slot per step"
-    assert threshold.describe(json=True) == "a number >= 0, or null for one slot per step"
+    assert threshold.describe("json") == "a number >= 0, or null for one slot per step"
+    assert threshold.describe("cli") == "a number >= 0, or 'none' for one slot per step"
     assert threshold.parse("None") is None and threshold.parse("0.25") == 0.25
-    assert Accepts("bool").describe(json=True) == "true or false" and not Accepts("bool")(1)
+    assert Accepts("bool").describe("json") == "true or false" and not Accepts("bool")(1)
 
 
 def test_old_flags_still_work():

@@ -20,7 +20,7 @@ class StopStrings:
         strings = [value] if isinstance(value, str) else value
         return isinstance(strings, list) and bool(strings) and all(isinstance(s, str) and s for s in strings)
 
-    def describe(self, json: bool = False) -> str:
+    def describe(self, spelling: str = "python") -> str:
         return "a string or a list of strings"
 
 
@@ -84,7 +84,7 @@ def parse_row(item: dict | str, index: int, where: str, default_id: str | int) -
                 f"overrides: {', '.join(OVERRIDES)}."
             )
         if not OVERRIDES[key](value):
-            raise RowError(f"{where}: {key!r} must be {OVERRIDES[key].describe(json=True)}, got {value!r}.")
+            raise RowError(f"{where}: {key!r} must be {OVERRIDES[key].describe('json')}, got {value!r}.")
     return PromptRow(index=index, id=row_id, where=where, prompt=prompt, messages=messages, overrides=item)
 
 

@@ -117,14 +117,18 @@ def threshold_label(threshold: float | None) -> str:
     return "1slot" if threshold is None else f"{threshold:g}"
 
 
+def check_families(families: Sequence[str]) -> None:
+    unknown = set(families) - set(FAMILIES)
+    if unknown:
+        raise ValueError(f"unknown arms {sorted(unknown)}; known: {', '.join(FAMILIES)}")
+
+
 def build_arms(
     families: Sequence[str] = tuple(FAMILIES), thresholds: Sequence[float | None] = (), compiled: dict | None = None
 ) -> list[Arm]:
     """Every family at the model's defaults, then the swept families at each threshold (`None`: one slot/step),
     then, given `compiled` (the `compile_config` and `max_cache_len` keywords), the compiled arms."""
-    unknown = set(families) - set(FAMILIES)
-    if unknown:
-        raise ValueError(f"unknown arms {sorted(unknown)}; known: {', '.join(FAMILIES)}")
+    check_families(families)
     arms = [Arm(name, name, FAMILIES[name]) for name in families]
     for name in families:
         if name in THRESHOLD_SWEPT:

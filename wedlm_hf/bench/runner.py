@@ -8,7 +8,7 @@ repeats; speed-ups are medians of per-repeat ratios (paired, so drift between re
 
 import statistics
 import time
-import warnings
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -16,8 +16,11 @@ from transformers import PreTrainedModel
 
 from ..generation.settings import DEFAULT_WINDOW_SIZE
 from ..generation.validation import position_limit_error
-from .arms import BASELINE, COMPILED_FAMILIES, FAMILIES, Arm, Decoded, build_arms
+from .arms import BASELINE, COMPILED_FAMILIES, FAMILIES, Arm, Decoded, build_arms, check_families
 from .measure import ForwardCounter, RssSampler, machine_info
+
+logger = logging.getLogger(__name__)
+"""Says which time-vs-length lengths a model's positions rule out (one line, also on the command line)."""
 
 SCALING_LENGTHS = (64, 128, 256, 512, 1024)
 SCALING_FAMILIES = ("ar", "wedlm", "nocache")
@@ -35,6 +38,10 @@ class BenchConfig:
     scaling_families: tuple[str, ...] = SCALING_FAMILIES
     compile_backend: str | None = None
     """`torch.compile` backend of the compiled arms (`arms.COMPILED_FAMILIES`); None: no compiled arms."""
+
+    def __post_init__(self):
+        if self.families is not None:  # before a model loads
+            check_families(self.families)
 
 
 @dataclass
@@ -239,9 +246,8 @@ def _fitting_lengths(model: PreTrainedModel, prompt_length: int, lengths: Sequen
     fitting = tuple(n for n in lengths if position_limit_error(model, prompt_length, n) is None)
     if len(fitting) < len(lengths):
         longest = max(set(lengths) - set(fitting))
-        warnings.warn(
+        logger.warning(
             f"time vs length: skipping lengths {sorted(set(lengths) - set(fitting))}: "
-            f"{position_limit_error(model, prompt_length, longest)}",
-            stacklevel=2,
+            f"{position_limit_error(model, prompt_length, longest)}"
         )
     return fitting

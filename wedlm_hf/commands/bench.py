@@ -90,13 +90,7 @@ def run(args: argparse.Namespace) -> int:
     apply_sizes(args)
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, tokenizer = load_model(args.model)
-    vocab_size = model.config.get_text_config().vocab_size
-    names = args.prompts or list(PROMPT_SETS)
-    if tokenizer is None:
-        names = ["random"]
-    prompt_sets = {name: load_prompt_set(name, args.num_prompts, tokenizer, vocab_size) for name in names}
-    config = BenchConfig(
+    config = BenchConfig(  # bad arms fail here, before the model loads
         max_new_tokens=args.max_new_tokens,
         repeats=args.repeats,
         thresholds=_thresholds(args.thresholds),
@@ -104,6 +98,12 @@ def run(args: argparse.Namespace) -> int:
         scaling_lengths=_ints(args.lengths),
         compile_backend=args.compile,
     )
+    model, tokenizer = load_model(args.model)
+    vocab_size = model.config.get_text_config().vocab_size
+    names = args.prompts or list(PROMPT_SETS)
+    if tokenizer is None:
+        names = ["random"]
+    prompt_sets = {name: load_prompt_set(name, args.num_prompts, tokenizer, vocab_size) for name in names}
     result = run_bench(model, prompt_sets, config, progress=not args.no_progress)
     sys.stdout.write(markdown(result))
     if args.json:

@@ -27,9 +27,12 @@ def value_parser(option: WeDLMOption):
 
     def parse(text: str) -> object:
         try:
-            return option.accepts.parse(text)
+            value = option.accepts.parse(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {option.accepts.describe()}; got {text!r}") from None
+            value = text
+        if not option.accepts(value):  # a bound too, so the error names the flag the user typed
+            raise argparse.ArgumentTypeError(f"must be {option.accepts.describe('cli')}; got {text!r}")
+        return value
 
     parse.__name__ = option.setting
     return parse

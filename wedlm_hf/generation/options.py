@@ -46,19 +46,21 @@ class Accepts:
         kind = {"int": Integral, "number": Real, "str": str}[self.kind]
         return isinstance(value, kind) and (self.minimum is None or value >= self.minimum)
 
-    def describe(self, json: bool = False) -> str:
-        """The rule in words, spelling None, True and False as Python does or (`json`) as JSON does."""
+    def describe(self, spelling: str = "python") -> str:
+        """The rule in words, spelling None, True and False as Python does, as JSON does (`"json"`) or as the
+        command line reads them (`"cli"`: 'none')."""
         if self.choices:
             text = " or ".join(repr(choice) for choice in self.choices)
         elif self.kind == "bool":
-            text = "true or false" if json else "True or False"
+            text = "True or False" if spelling == "python" else "true or false"
         else:
             text = KINDS[self.kind] + ("" if self.minimum is None else f" >= {self.minimum:g}")
-        return text if self.none_means is None else f"{text}, or {'null' if json else 'None'} for {self.none_means}"
+        none = {"python": "None", "json": "null", "cli": "'none'"}[spelling]
+        return text if self.none_means is None else f"{text}, or {none} for {self.none_means}"
 
     def parse(self, text: str) -> object:
-        """A command-line value of the right kind ('none' is None where None is legal), else ValueError; its
-        bounds are checked where every other value is (`WeDLMSettings.resolve`), with the same message."""
+        """A command-line value of the right kind ('none' is None where None is legal), else ValueError; calling
+        the `Accepts` checks its bounds."""
         if self.none_means is not None and text.strip().lower() == "none":
             return None
         return {"int": int, "number": float, "str": str}[self.kind](text)
