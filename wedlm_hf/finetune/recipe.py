@@ -164,8 +164,8 @@ def check_options(options: FinetuneOptions) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(options, name)}")
     for option in exposed_to(FINETUNE):
         value = getattr(options, option.setting)
-        if value is not None and not option.accepts(value):
-            raise ValueError(f"{option.flag} must be {option.accepts.describe()}, got {value!r}")
+        if value is not None and not option.accepts(value):  # None: chosen by the evaluation, or the default
+            raise ValueError(f"{option.flag} must be {replace(option.accepts, none_means=None).describe()}, got {value!r}")
     if options.lora_r < 0:
         raise ValueError(f"--lora-r must be 0 (full fine-tuning) or a positive rank, got {options.lora_r}")
     if options.merge and not options.lora_r:
