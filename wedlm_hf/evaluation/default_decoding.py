@@ -6,7 +6,7 @@ output is the greedy output by construction. `wedlm-hf finetune` and `wedlm-hf t
 the output's `generation_config.json` here.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from transformers import GenerationConfig
@@ -23,8 +23,8 @@ LOSSLESS_OPTION = BY_SETTING["lossless"]
 class DefaultDecoding:
     """Generation-config keywords to write, and one sentence (with the numbers) saying why."""
 
-    keywords: dict = field(default_factory=dict)
-    reason: str = ""
+    keywords: dict
+    reason: str
 
     def to_dict(self) -> dict:
         return {"keywords": dict(self.keywords), "reason": self.reason}

@@ -46,8 +46,8 @@ def evaluate_output(
     if chat_prompts:
         base, base_tokenizer = load_model_and_tokenizer(base_name, dtype=torch.float32)
         extra = dict(base_model=base, base_tokenizer=base_tokenizer, chat_prompts=read_prompts(chat_prompts))
+    thresholds = evaluated_thresholds(threshold)
     with torch.inference_mode():
-        thresholds = evaluated_thresholds(threshold)
         report = evaluate_model(model, tokenizer, prompts, thresholds=thresholds, max_new_tokens=max_new_tokens, **extra)
     report.write_json(Path(output_dir) / "evaluation.json")
     (Path(output_dir) / "evaluation.md").write_text(report.markdown())
@@ -60,7 +60,7 @@ def default_decoding(
     """The output's default decoding: always lossless for a draft-only adapter (plain would commit its drafts),
     else the user's `--lossless` / `--plain` or what the evaluation shows right."""
     if draft_only:
-        return lossless("a draft-only adapter: lossless WeDLM returns the base model's greedy output, the adapter only drafts")
+        return lossless("a draft-only adapter: lossless WeDLM returns the base model's greedy output, its drafts only pay")
     return decide_default_decoding(lossless_flag, threshold, report)
 
 
