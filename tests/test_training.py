@@ -222,3 +222,19 @@ def test_train_command_writes_a_checkpoint_that_decodes(tmp_path):
     output_ids = model.generate(**inputs, max_new_tokens=5, eos_token_id=None, return_dict_in_generate=True)
     assert output_ids.sequences.shape[1] == inputs["input_ids"].shape[1] + 5
     assert output_ids.wedlm_stats.total_generated == 5  # generation_config.json selects WeDLM
+
+
+def test_train_without_evaluation_writes_lossless(tmp_path):
+    """`--no-evaluate` and no mode flag: lossless, since nothing showed plain right (the same rule as finetune's)."""
+    output = tmp_path / "checkpoint"
+    options = {
+        "--output-dir": output, "--steps": 1, "--batch-size": 2, "--seq-len": 32, "--code-chars": 50_000,
+        "--vocab-size": 300, "--hidden-size": 64, "--layers": 1, "--intermediate-size": 128, "--threads": 1,
+        "--penalty": 0.05,
+    }
+    assert wedlm_hf_cli(["train", *(str(item) for pair in options.items() for item in pair), "--no-evaluate"]) == 0
+    assert not (output / "evaluation.json").exists()
+    log = json.loads((output / "training_log.json").read_text())
+    assert log["default_decoding"]["keywords"] == {"wedlm_lossless": True} and "not evaluated" in log["default_decoding"]["reason"]
+    config = json.loads((output / "generation_config.json").read_text())
+    assert (config["wedlm_lossless"], config["wedlm_entropy_threshold"], config["wedlm_pos_penalty_factor"]) == (True, 0.4, 0.05)
