@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from default_decoding_check import shown_right
 
 import wedlm_hf
 from wedlm_hf.bench.measure import ForwardCounter
@@ -313,3 +314,10 @@ def test_lossless_when_the_identical_plain_is_slower_than_lossless():
     chosen = choose_default_decoding(hand_report(rows, thresholds=(0.2,)))
     assert chosen.keywords == {"wedlm_lossless": True}
     assert "2.67" in chosen.reason and "5.33" in chosen.reason
+
+
+def test_choice_on_a_measured_report_agrees_with_an_independent_reading(report, tmp_path):
+    """On the embedded checkpoint's measured report the chooser picks what the tests' own reading of its JSON picks."""
+    report.write_json(tmp_path / "evaluation.json")
+    chosen = choose_default_decoding(report)
+    assert chosen.keywords == shown_right(tmp_path)
