@@ -6,11 +6,22 @@ import json
 
 import pytest
 import torch
+from default_decoding_check import shown_right
 
 import wedlm_hf
 from wedlm_hf.bench.measure import ForwardCounter
 from wedlm_hf.bench.runner import agreement
-from wedlm_hf.evaluation import GREEDY, LOSSLESS, EvalPrompt, evaluate_model, plain_name, read_prompts
+from wedlm_hf.evaluation import (
+    GREEDY,
+    LOSSLESS,
+    DecodingRow,
+    EvalPrompt,
+    EvaluationReport,
+    choose_default_decoding,
+    evaluate_model,
+    plain_name,
+    read_prompts,
+)
 from wedlm_hf.loading import load_model_and_tokenizer
 from wedlm_hf_cli import main
 
@@ -259,3 +270,54 @@ def test_lm_eval_runs_wedlm_through_gen_kwargs(tmp_path):
     (ar_score, ar_out, ar_forwards), (score, out, forwards) = runs.values()
     assert (score, out) == (ar_score, ar_out) and score == 1.0  # lossless: greedy's answers, stopped at `until`
     assert forwards < ar_forwards / 2
+
+
+def hand_report(rows: dict[tuple[str, str], tuple[int, int, float]], thresholds=(0.2, 0.4)) -> EvaluationReport:
+    """A report from (domain, decoding) -> (generated, forwards, identical)."""
+    decoding_rows = [
+        DecodingRow(domain, decoding, 2, generated, forwards, generated / forwards, identical, identical, 1.0, 1.0)
+        for (domain, decoding), (generated, forwards, identical) in rows.items()
+    ]
+    return EvaluationReport(settings={"thresholds": list(thresholds)}, machine={}, rows=decoding_rows)
+
+
+def test_plain_is_chosen_only_when_identical_everywhere_and_faster_than_lossless():
+    rows = {
+        ("code", LOSSLESS): (64, 40, 1.0), ("counting", LOSSLESS): (64, 16, 1.0),  # 128 / 56 = 2.29
+        ("code", plain_name(0.2)): (64, 40, 1.0), ("counting", plain_name(0.2)): (64, 10, 1.0),  # 2.56
+        ("code", plain_name(0.4)): (64, 32, 1.0), ("counting", plain_name(0.4)): (64, 8, 1.0),  # 3.20, the fastest
+    }
+    chosen = choose_default_decoding(hand_report(rows))
+    assert chosen.keywords == {"wedlm_lossless": False, "wedlm_entropy_threshold": 0.4}
+    assert "3.20" in chosen.reason and "2.29" in chosen.reason
+
+    rows[("counting", plain_name(0.4))] = (64, 4, 0.5)  # the fastest is not identical on one domain
+    chosen = choose_default_decoding(hand_report(rows))
+    assert chosen.keywords == {"wedlm_lossless": False, "wedlm_entropy_threshold": 0.2}
+
+
+def test_lossless_when_plain_is_not_identical_on_one_domain():
+    rows = {
+        ("code", LOSSLESS): (64, 60, 1.0), ("counting", LOSSLESS): (64, 60, 1.0),
+        ("code", plain_name(0.4)): (64, 8, 0.5), ("counting", plain_name(0.4)): (64, 4, 1.0),
+    }
+    chosen = choose_default_decoding(hand_report(rows, thresholds=(0.4,)))
+    assert chosen.keywords == {"wedlm_lossless": True}
+    assert "wedlm@0.4 50% on 'code'" in chosen.reason
+
+
+def test_lossless_when_the_identical_plain_is_slower_than_lossless():
+    rows = {
+        ("code", LOSSLESS): (64, 16, 1.0), ("counting", LOSSLESS): (64, 8, 1.0),  # 128 / 24 = 5.33
+        ("code", plain_name(0.2)): (64, 32, 1.0), ("counting", plain_name(0.2)): (64, 16, 1.0),  # 2.67
+    }
+    chosen = choose_default_decoding(hand_report(rows, thresholds=(0.2,)))
+    assert chosen.keywords == {"wedlm_lossless": True}
+    assert "2.67" in chosen.reason and "5.33" in chosen.reason
+
+
+def test_choice_on_a_measured_report_agrees_with_an_independent_reading(report, tmp_path):
+    """On the embedded checkpoint's measured report the chooser picks what the tests' own reading of its JSON picks."""
+    report.write_json(tmp_path / "evaluation.json")
+    chosen = choose_default_decoding(report)
+    assert chosen.keywords == shown_right(tmp_path)

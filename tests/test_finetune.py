@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from default_decoding_check import shown_right, written_default
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 import wedlm_hf
@@ -51,6 +52,7 @@ def counting_data(tmp_path_factory) -> Path:
 def write_jsonl(path: Path, lines: list[str]) -> Path:
     path.write_text("\n".join(lines) + "\n")
     return path
+
 
 
 def test_chat_rows_mask_only_the_assistant_tokens(tiny_llama):
@@ -147,7 +149,10 @@ def test_full_finetune_loss_falls_and_output_decodes_with_wedlm_by_default(tiny_
     assert type(model).__name__ == "LlamaForCausalLM"  # a non-Qwen family stays its own class
     config = model.generation_config
     assert config.decoding == "wedlm" and config.mask_token_id == model.config.mask_token_id
-    assert config.wedlm_lossless is False  # plain WeDLM unless asked for lossless
+    expected = shown_right(tmp_path / "out")  # no mode flag: what its own evaluation shows right
+    assert summary["default_decoding"]["keywords"] == expected == written_default(tmp_path / "out", expected)
+    assert {keyword: getattr(config, keyword) for keyword in expected} == expected
+    assert summary["evaluation"]["settings"]["thresholds"] == [0.2, 0.4, 0.8]
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "out")
     inputs = tokenizer("3, 4, 5,", return_tensors="pt")
     out = wedlm_hf.enable(model).generate(**inputs, max_new_tokens=8, return_dict_in_generate=True)
@@ -157,19 +162,24 @@ def test_full_finetune_loss_falls_and_output_decodes_with_wedlm_by_default(tiny_
 def test_whole_model_lora_writes_an_adapter_that_loads_with_peft(tiny_llama, counting_data, tmp_path):
     peft = pytest.importorskip("peft")
     output = tmp_path / "adapter"
-    options = FinetuneOptions(**FAST, lora_r=4, whole_model=True, learning_rate=1e-2, lossless=True)
+    options = FinetuneOptions(**FAST, lora_r=4, whole_model=True, learning_rate=1e-2)
     summary = finetune(str(tiny_llama), str(counting_data), str(output), options)
     assert summary["written"] == "adapter" and (output / "adapter_model.safetensors").is_file()
+    expected = shown_right(output)  # no mode flag: what its own evaluation shows right
+    assert summary["default_decoding"]["keywords"] == expected == written_default(output, expected)
     assert summary["eval"]["eval_loss"] < summary["eval_before"]["eval_loss"]
     base, _ = load_model_and_tokenizer(str(tiny_llama))
     with_peft = peft.PeftModel.from_pretrained(base, output).eval()
     merged, tokenizer = load_model_and_tokenizer(str(output))  # base + adapter merged, the adapter's configs
     assert merged.generation_config.decoding == "wedlm"
+    assert {keyword: getattr(merged.generation_config, keyword) for keyword in expected} == expected
     ids = tokenizer("1, 2, 3, 4", return_tensors="pt")["input_ids"]
-    with torch.no_grad():  # lossless=True made lossless its default: exactly greedy, drafts counted
-        default = wedlm_hf.enable(merged).generate(ids, max_new_tokens=8, return_dict_in_generate=True)
+    with torch.no_grad():  # lossless: exactly greedy, drafts counted
+        lossless = wedlm_hf.enable(merged).generate(
+            ids, decoding="wedlm", wedlm_lossless=True, max_new_tokens=8, return_dict_in_generate=True
+        )
         greedy = merged.generate(ids, decoding="ar", max_new_tokens=8)
-    assert torch.equal(default.sequences, greedy) and "drafted" in default.wedlm_stats.summary()
+    assert torch.equal(lossless.sequences, greedy) and "drafted" in lossless.wedlm_stats.summary()
     mask_id = merged.generation_config.mask_token_id
     probe = torch.cat([ids, torch.tensor([[mask_id]])], dim=1)
     with torch.no_grad():
@@ -178,6 +188,7 @@ def test_whole_model_lora_writes_an_adapter_that_loads_with_peft(tiny_llama, cou
     assert not torch.allclose(merged(probe).logits, untouched, atol=1e-3)  # the adapter changed something
     plain = AutoModelForCausalLM.from_pretrained(pretrained_path(str(output)))  # for code that loads by path (serve)
     assert plain.generation_config.decoding == "wedlm"
+    assert {keyword: getattr(plain.generation_config, keyword) for keyword in expected} == expected
     with torch.no_grad():
         torch.testing.assert_close(plain(probe).logits, merged(probe).logits)
     config = json.loads((output / "generation_config.json").read_text())
@@ -193,6 +204,43 @@ def test_cli_finetune_errors_are_one_line(tmp_path, tiny_llama, capsys):
     assert "\n" not in error and "bad.jsonl line 2: not valid JSON" in error
     assert wedlm_hf_cli(["finetune", str(tiny_llama), "--data", str(bad), "--output-dir", "o", "--merge"]) == 1
     assert "--merge merges a LoRA adapter" in capsys.readouterr().err
+    draft_plain = ["finetune", str(tiny_llama), "--data", str(bad), "--output-dir", "o", "--lora-r", "4", "--plain"]
+    assert wedlm_hf_cli(draft_plain) == 1
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "error: --plain: plain WeDLM commits a draft-only adapter's drafts" in error
+    assert wedlm_hf_cli([*draft_plain[:-1], "--whole-model", "--plain", "--lossless"]) == 1
+    assert "not allowed with argument --plain" in capsys.readouterr().err
+    assert wedlm_hf_cli([*draft_plain[:-1], "--whole-model", "--entropy-threshold", "-1"]) == 1
+    assert "--entropy-threshold" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "flags, keywords, reason",
+    [
+        (["--no-evaluate"], {"wedlm_lossless": True}, "not evaluated"),
+        (["--no-evaluate", "--lossless"], {"wedlm_lossless": True}, "chosen by --lossless"),
+        (["--plain", "--threshold", "0.6"], {"wedlm_lossless": False, "wedlm_entropy_threshold": 0.6}, "chosen by --plain"),
+    ],
+    ids=["not-evaluated", "lossless", "plain-evaluated"],
+)
+def test_default_decoding_given_or_not_evaluated_is_written_as_such(tiny_llama, counting_data, tmp_path, capsys, flags, keywords, reason):
+    """An explicit mode is written as given, even where the evaluation runs (plain then at the given threshold
+    alone); without one and without the evaluation, lossless. Summary, card and printed lines say which and why."""
+    output = tmp_path / "out"
+    argv = [
+        "finetune", str(tiny_llama), "--data", str(counting_data), "--output-dir", str(output), "--seq-len", "48",
+        "--block-size", "16", "--max-steps", "2", "--eval-steps", "2", "--save-steps", "2", "--whole-model", "--lora-r", "4",
+    ]
+    assert wedlm_hf_cli([*argv, *flags]) == 0
+    assert written_default(output, keywords) == keywords
+    summary = json.loads((output / "finetune_summary.json").read_text())
+    assert summary["default_decoding"]["keywords"] == keywords and reason in summary["default_decoding"]["reason"]
+    assert ("evaluation" in summary) == ("--no-evaluate" not in flags)
+    if "evaluation" in summary:
+        assert summary["evaluation"]["settings"]["thresholds"] == [0.6]  # a given threshold is the one evaluated
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("default decoding: ")]
+    assert len(printed) == 1 and reason in printed[0]
+    assert "## Default decoding" in (output / "README.md").read_text()
 
 
 def test_two_process_data_parallel_with_torchrun(tiny_llama, counting_data, tmp_path):

@@ -166,3 +166,21 @@ def test_plain_works_in_batch_mode(tmp_path, capsys):
     assert wedlm_hf_cli.main(argv + ["--no-progress"]) == 0, capsys.readouterr().err
     (row,) = [json.loads(line) for line in output.read_text().splitlines()]
     assert row["id"] == "a" and row["stats"]["tokens"] == 4 and "drafted" not in row["stats"]  # plain, not lossless
+
+
+@pytest.mark.parametrize("command", [("train",), ("finetune", "m", "--data", "d", "--output-dir", "o")], ids=["train", "finetune"])
+@pytest.mark.parametrize("option", OPTIONS, ids=ids)
+def test_train_and_finetune_flags_follow_the_table(command, option):
+    """Both write the options exposed to `FINETUNE` into their output's generation config: each has its flag (and
+    its old spellings) there, no other option does, and the mode flags default to None (the evaluation chooses)."""
+    if FINETUNE not in option.exposed:
+        with pytest.raises(wedlm_hf_cli.UserError):
+            parse(*command, *flag_argv(option))
+        return
+    value, text = sample(option)
+    assert getattr(parse(*command, *flag_argv(option)), option.setting) == value
+    for old in option.old_flags:
+        assert getattr(parse(*command, old, text), option.setting) == value
+    if option.flag_off:
+        assert getattr(parse(*command, option.flag_off), option.setting) is False
+        assert getattr(parse(*command), option.setting) is None

@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from default_decoding_check import shown_right, written_default
 from tiny_models import MASK_ID, tiny_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments
 
@@ -192,16 +193,24 @@ def test_corpus_split_is_deterministic_and_disjoint():
 
 def test_train_command_writes_a_checkpoint_that_decodes(tmp_path):
     """`wedlm-hf train` end to end, shrunk: tokenizer, corpus rows, steps, held-out evals, logs, plot, and a
-    checkpoint that loads through the Auto classes and decodes with WeDLM by default."""
+    checkpoint that loads through the Auto classes and decodes with WeDLM by default: the decoding its end-of-run
+    evaluation shows right, plain at the given threshold alone (`--threshold`, the old spelling, still works)."""
     output = tmp_path / "checkpoint"
     options = {
         "--output-dir": output, "--steps": 3, "--batch-size": 2, "--seq-len": 32, "--code-chars": 100_000,
         "--vocab-size": 300, "--hidden-size": 64, "--layers": 1, "--intermediate-size": 128, "--eval-every": 2,
-        "--save-every": 2, "--threads": 1,
+        "--save-every": 2, "--threads": 1, "--threshold": 0.6,
     }
     assert wedlm_hf_cli(["train", *(str(item) for pair in options.items() for item in pair)]) == 0
     log = json.loads((output / "training_log.json").read_text())
     assert log["steps_done"] == 3 and log["parameters"] > 0
+    evaluation = json.loads((output / "evaluation.json").read_text())
+    assert evaluation["settings"]["thresholds"] == [0.6]
+    assert {row["domain"] for row in evaluation["rows"]} == {"held-out code", "counting"}
+    expected = shown_right(output)
+    assert written_default(output, expected) == expected == log["default_decoding"]["keywords"]
+    config = json.loads((output / "generation_config.json").read_text())
+    assert (config["wedlm_entropy_threshold"], config["wedlm_pos_penalty_factor"]) == (0.6, 0.02)  # the table's
     assert [r["step"] for r in log["log"] if r["split"] == "eval"] == [2, 3]
     assert all(math.isfinite(r["mdm"]) and math.isfinite(r["ar"]) for r in log["log"])
     assert (output / "loss_curves.png").stat().st_size > 0 and (output / "loss_curves.csv").exists()
@@ -213,3 +222,19 @@ def test_train_command_writes_a_checkpoint_that_decodes(tmp_path):
     output_ids = model.generate(**inputs, max_new_tokens=5, eos_token_id=None, return_dict_in_generate=True)
     assert output_ids.sequences.shape[1] == inputs["input_ids"].shape[1] + 5
     assert output_ids.wedlm_stats.total_generated == 5  # generation_config.json selects WeDLM
+
+
+def test_train_without_evaluation_writes_lossless(tmp_path):
+    """`--no-evaluate` and no mode flag: lossless, since nothing showed plain right (the same rule as finetune's)."""
+    output = tmp_path / "checkpoint"
+    options = {
+        "--output-dir": output, "--steps": 1, "--batch-size": 2, "--seq-len": 32, "--code-chars": 50_000,
+        "--vocab-size": 300, "--hidden-size": 64, "--layers": 1, "--intermediate-size": 128, "--threads": 1,
+        "--penalty": 0.05,
+    }
+    assert wedlm_hf_cli(["train", *(str(item) for pair in options.items() for item in pair), "--no-evaluate"]) == 0
+    assert not (output / "evaluation.json").exists()
+    log = json.loads((output / "training_log.json").read_text())
+    assert log["default_decoding"]["keywords"] == {"wedlm_lossless": True} and "not evaluated" in log["default_decoding"]["reason"]
+    config = json.loads((output / "generation_config.json").read_text())
+    assert (config["wedlm_lossless"], config["wedlm_entropy_threshold"], config["wedlm_pos_penalty_factor"]) == (True, 0.4, 0.05)

@@ -8,11 +8,16 @@ import argparse
 import logging
 from dataclasses import fields
 
+from ..evaluation.default_decoding import DefaultDecoding
 from ..evaluation.report import GREEDY
 from ..finetune.recipe import FinetuneOptions
+from ..generation.options import FINETUNE, exposed_to
 from ..loading.names import MODEL_HELP
+from .options import add_written_arguments
 
 DEFAULTS = FinetuneOptions()
+WRITTEN_SETTINGS = {option.setting for option in exposed_to(FINETUNE)}
+"""The options written into the output's generation config: their flags come from the options table."""
 HELP = {
     "seq_len": "tokens per training row (text is packed; each chat is one row)",
     "block_size": "prediction-stream block size B (the authors': 32)",
@@ -37,10 +42,6 @@ HELP = {
     "gradient_checkpointing": "recompute activations in the backward pass: less memory, slower",
     "resume": "continue from the newest checkpoint in --output-dir",
     "seed": "seed of the data split, masking and initialisation",
-    "window_size": "wedlm_window_size written to the output's generation config",
-    "entropy_threshold": "wedlm_entropy_threshold written to the output's generation config",
-    "pos_penalty_factor": "wedlm_pos_penalty_factor written to the output's generation config",
-    "lossless": "make lossless WeDLM (exactly the greedy output) the output's default decoding instead of plain (always so for a draft-only adapter)",
     "eval_prompts": "JSONL of held-out prompts for the end-of-run evaluation (default: the data's held-out rows)",
     "chat_prompts": "JSONL of general chat prompts: report the greedy drift from the base model on them",
 }
@@ -52,7 +53,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     add("--data", required=True, help="JSONL of {'text': ...} or {'messages': [...]} records, or a local `datasets` file/folder")
     add("--output-dir", required=True, help="where checkpoints and the adapted model (or adapter) are written")
     for option in fields(FinetuneOptions):
-        if option.name in ("trainer_arguments", "evaluate"):
+        if option.name in ("trainer_arguments", "evaluate") or option.name in WRITTEN_SETTINGS:
             continue
         flag = "--" + option.name.replace("_", "-")
         default = getattr(DEFAULTS, option.name)
@@ -61,6 +62,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         else:
             kind = {"lora_alpha": int, "minutes": float, "learning_rate": float, "ar_weight": float}.get(option.name, type(default) if default is not None else str)
             add(flag, type=kind, default=default, help=HELP[option.name])
+    add_written_arguments(parser, "the output's generation config")
     add("--deepspeed", help="a DeepSpeed config file, as for any Trainer job")
     add("--fsdp", help="FSDP options, as TrainingArguments' `fsdp` (e.g. 'full_shard auto_wrap')")
     add("--no-evaluate", action="store_true", help="skip the before/after decoding evaluation at the end")
@@ -108,6 +110,7 @@ def summary_lines(summary: dict, output_dir: str) -> list[str]:
         f"{summary['steps']} steps, {summary['tokens_seen']} tokens, {summary['wall_seconds']} s: {losses}",
         f"wrote {WRITTEN[summary['written']]} to {output_dir} "
         "(details: finetune_summary.json, evaluation.md)",
+        "default decoding: " + DefaultDecoding(**summary["default_decoding"]).sentence(),
     ]
     rows = (summary.get("evaluation") or {}).get("rows", [])
     for domain in dict.fromkeys(row["domain"] for row in rows):

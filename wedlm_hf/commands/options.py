@@ -1,13 +1,15 @@
 """The WeDLM options on the command line, derived from `wedlm_hf/generation/options.py`: one flag per option (a
 bool option also gets the flag that turns it off), checked as `generate` checks it, read back as `generate`
-keywords."""
+keywords. `add_written_arguments` adds the flags of the options `finetune` and `train` write into their output's
+generation config."""
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import wedlm_hf
-from wedlm_hf.generation.options import CLI, WeDLMOption, exposed_to
+from wedlm_hf.generation.options import CLI, FINETUNE, WeDLMOption, exposed_to
 
 
 def _checkpoint_default(keyword: str):
@@ -80,3 +82,51 @@ def wedlm_keywords(args: argparse.Namespace) -> dict:
 def given_flags(args: argparse.Namespace) -> list[str]:
     """The flags of the WeDLM options given on the command line, for error messages."""
     return [option.flag for option in exposed_to(CLI) if hasattr(args, option.keyword)]
+
+
+CHOSEN_BY_EVALUATION = "entropy_threshold"
+"""The written option whose absence lets the end-of-run evaluation choose it (plain WeDLM's threshold)."""
+
+
+def add_written_arguments(parser: argparse.ArgumentParser, where: str) -> None:
+    """Flags of the options written into `where` (a trained model's generation config; `FINETUNE` in the table),
+    with the settings as dests. `--lossless` / `--plain` are exclusive and default to None: the end-of-run
+    evaluation chooses, as it chooses the entropy threshold when none is given."""
+    for option in exposed_to(FINETUNE):
+        if option.flag_off is not None:
+            mode = parser.add_mutually_exclusive_group()
+            mode.add_argument(
+                option.flag, dest=option.setting, action="store_const", const=True, default=None,
+                help=f"{option.help}, as the default decoding written to {where} (default: the end-of-run "
+                "evaluation chooses)",
+            )
+            mode.add_argument(
+                option.flag_off, dest=option.setting, action="store_const", const=False,
+                help=f"plain WeDLM (commits the model's own mask predictions), as the default decoding written to {where}",
+            )
+            continue
+        chosen = option.setting == CHOSEN_BY_EVALUATION
+        default = f"the evaluation's choice, else {option.default}" if chosen else option.default
+        parser.add_argument(
+            option.flag, *option.old_flags, dest=option.setting, metavar=option.setting.upper(),
+            type=written_value_parser(option), default=None if chosen else option.default,
+            help=f"{option.help}; written to {where} (default: {default})",
+        )
+
+
+def written_value_parser(option: WeDLMOption):
+    """argparse's `type` for a value written into a generation config: of the option's kind and within its bounds,
+    checked before any training (no 'none': an absent flag already means the default)."""
+    accepts = replace(option.accepts, none_means=None)
+
+    def parse(text: str) -> object:
+        try:
+            value = accepts.parse(text)
+        except ValueError:
+            value = None
+        if not accepts(value):
+            raise argparse.ArgumentTypeError(f"must be {accepts.describe()}; got {text!r}")
+        return value
+
+    parse.__name__ = option.setting
+    return parse

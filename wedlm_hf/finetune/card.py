@@ -1,4 +1,5 @@
-"""The end of a fine-tuning run: the before/after decoding evaluation and the model card beside the output.
+"""The end of a fine-tuning run: the before/after decoding evaluation, the default decoding it shows right, and the
+model card beside the output.
 
 Evaluation prompts default to the run's held-out rows (the first half of each text row; a chat's prompt turns), so
 every run reports how much faster its own domain decodes, without a prompt file. Drift is measured when chat
@@ -12,6 +13,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from ..evaluation import EvalPrompt, EvaluationReport, evaluate_model, read_prompts
+from ..evaluation.default_decoding import DefaultDecoding, decide_default_decoding, evaluated_thresholds, lossless
 from ..loading import load_model_and_tokenizer
 
 HELD_OUT = "held-out"
@@ -30,19 +32,36 @@ def held_out_prompts(rows: list[dict], tokenizer: PreTrainedTokenizerBase, count
 
 
 def evaluate_output(
-    output_dir: str, base_name: str, prompts: list[EvalPrompt], chat_prompts: str | None, max_new_tokens: int = 48
+    output_dir: str,
+    base_name: str,
+    prompts: list[EvalPrompt],
+    chat_prompts: str | None,
+    threshold: float | None = None,
+    max_new_tokens: int = 48,
 ) -> EvaluationReport:
-    """Evaluate the written output against its base; the report is written as evaluation.json / evaluation.md."""
+    """Evaluate the written output against its base, plain WeDLM at the user's `threshold` alone if given; the
+    report is written as evaluation.json / evaluation.md."""
     model, tokenizer = load_model_and_tokenizer(output_dir, dtype=torch.float32)
     extra = {}
     if chat_prompts:
         base, base_tokenizer = load_model_and_tokenizer(base_name, dtype=torch.float32)
         extra = dict(base_model=base, base_tokenizer=base_tokenizer, chat_prompts=read_prompts(chat_prompts))
+    thresholds = evaluated_thresholds(threshold)
     with torch.inference_mode():
-        report = evaluate_model(model, tokenizer, prompts, max_new_tokens=max_new_tokens, **extra)
+        report = evaluate_model(model, tokenizer, prompts, thresholds=thresholds, max_new_tokens=max_new_tokens, **extra)
     report.write_json(Path(output_dir) / "evaluation.json")
     (Path(output_dir) / "evaluation.md").write_text(report.markdown())
     return report
+
+
+def default_decoding(
+    lossless_flag: bool | None, threshold: float | None, report: EvaluationReport | None, draft_only: bool
+) -> DefaultDecoding:
+    """The output's default decoding: always lossless for a draft-only adapter (plain would commit its drafts),
+    else the user's `--lossless` / `--plain` or what the evaluation shows right."""
+    if draft_only:
+        return lossless("a draft-only adapter: lossless WeDLM returns the base model's greedy output, its drafts only pay")
+    return decide_default_decoding(lossless_flag, threshold, report)
 
 
 CARD_KINDS = {
@@ -88,6 +107,8 @@ def write_model_card(output_dir: str, summary: dict, report: EvaluationReport | 
         f"- eval loss: {_loss(summary['eval_before'])} before, {_loss(summary['eval'])} after",
         "",
     ]
+    decoding = DefaultDecoding(**summary["default_decoding"])
+    lines += ["## Default decoding", "", decoding.sentence() + ".", ""]
     if report is not None:
         lines += ["## Evaluation", "", report.markdown()]
     (Path(output_dir) / "README.md").write_text("\n".join(lines))

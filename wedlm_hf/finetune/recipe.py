@@ -17,12 +17,13 @@ from transformers import GenerationConfig, PreTrainedTokenizerBase, TrainerCallb
 from transformers.utils import logging
 
 from ..evaluation import read_prompts
+from ..evaluation.default_decoding import write_default_decoding
 from ..generation.options import BY_SETTING, FINETUNE, exposed_to
 from ..loading import load_model_and_tokenizer
 from ..draft_adapter import MERGE_REFUSED
 from ..training.draft_objective import draft_only_forward
 from ..training.objective import DualStreamCollator, WeDLMTrainer, dual_stream_forward
-from .card import evaluate_output, held_out_prompts, write_model_card, write_summary
+from .card import default_decoding, evaluate_output, held_out_prompts, write_model_card, write_summary
 from .data import RowDataset, build_rows, read_records
 from .adapters import with_draft_only_lora, with_lora
 from .mask_token import ensure_mask_token
@@ -66,13 +67,15 @@ class FinetuneOptions:
     resume: bool = False
     seed: int = 0
     window_size: int = BY_SETTING["window_size"].default
-    entropy_threshold: float = BY_SETTING["entropy_threshold"].default
+    entropy_threshold: float | None = None
+    """Plain WeDLM's threshold, the only one evaluated; None: the evaluation tries `DEFAULT_THRESHOLDS` (the
+    table's default is written unless plain wins at another)."""
     pos_penalty_factor: float = BY_SETTING["pos_penalty_factor"].default
-    lossless: bool = BY_SETTING["lossless"].default
-    """Write lossless WeDLM as the output's default decoding: its output is exactly its greedy output, drafts
-    pay where they pass. The choice for a short run whose mask predictions are good on part of its text only
-    (plain decoding then commits wrong tokens elsewhere). A draft-only adapter always defaults to it: that is what
-    keeps the base model's output."""
+    lossless: bool | None = None
+    """The output's default decoding: True lossless WeDLM (exactly its greedy output), False plain WeDLM (commits
+    its own mask predictions); None: the one the end-of-run evaluation shows right
+    (`wedlm_hf.evaluation.choose_default_decoding`), lossless when not evaluated. A draft-only adapter is always
+    lossless: that is what keeps the base model's output."""
     evaluate: bool = True
     """Run the before/after decoding evaluation at the end (on `eval_prompts`, else the held-out rows)."""
     eval_prompts: str | None = None
@@ -137,12 +140,17 @@ def finetune(model_name: str, data: str, output_dir: str, options: FinetuneOptio
         "wall_seconds": round(time.perf_counter() - started, 1),
     }
     if trainer.is_world_process_zero():
-        summary["written"] = save_output(trainer.model, tokenizer, output_dir, options, mask_id)
+        # lossless until the evaluation says otherwise, unless the user chose plain
+        provisional = replace(options, lossless=options.lossless is not False)
+        summary["written"] = save_output(trainer.model, tokenizer, output_dir, provisional, mask_id)
         report = None
         if options.evaluate:
             prompts = read_prompts(options.eval_prompts) if options.eval_prompts else held_out_prompts(eval_rows, tokenizer)
-            report = evaluate_output(output_dir, model_name, prompts, options.chat_prompts)
+            report = evaluate_output(output_dir, model_name, prompts, options.chat_prompts, options.entropy_threshold)
             summary["evaluation"] = report.to_dict()
+        decoding = default_decoding(options.lossless, options.entropy_threshold, report, is_draft_only(options))
+        write_default_decoding(output_dir, decoding)
+        summary["default_decoding"] = decoding.to_dict()
         write_summary(output_dir, summary)
         write_model_card(output_dir, summary, report)
     return summary
@@ -150,10 +158,14 @@ def finetune(model_name: str, data: str, output_dir: str, options: FinetuneOptio
 
 def check_options(options: FinetuneOptions) -> None:
     """Bad values fail here, naming the option, not deep inside `Trainer` or the collator."""
-    positive = ("seq_len", "block_size", "batch_size", "gradient_accumulation_steps", "max_steps", "window_size")
+    positive = ("seq_len", "block_size", "batch_size", "gradient_accumulation_steps", "max_steps")
     for name in positive:
         if getattr(options, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(options, name)}")
+    for option in exposed_to(FINETUNE):
+        value = getattr(options, option.setting)
+        if value is not None and not option.accepts(value):  # None: chosen by the evaluation, or the default
+            raise ValueError(f"{option.flag} must be {replace(option.accepts, none_means=None).describe()}, got {value!r}")
     if options.lora_r < 0:
         raise ValueError(f"--lora-r must be 0 (full fine-tuning) or a positive rank, got {options.lora_r}")
     if options.merge and not options.lora_r:
@@ -161,6 +173,11 @@ def check_options(options: FinetuneOptions) -> None:
     if options.whole_model and not options.lora_r:
         raise ValueError("--whole-model chooses the kind of LoRA adapter: it needs --lora-r")
     if is_draft_only(options):
+        if options.lossless is False:
+            raise ValueError(
+                "--plain: plain WeDLM commits a draft-only adapter's drafts, so the output would no longer be the base "
+                "model's; drop --plain (lossless is its default), or pass --whole-model"
+            )
         if options.merge:
             raise ValueError("--merge: " + MERGE_REFUSED)
         if options.ar_weight:
@@ -247,11 +264,10 @@ def save_output(model, tokenizer: PreTrainedTokenizerBase, output_dir: str, opti
     generation defaults; returns which of the three it wrote."""
     output = Path(output_dir)
     kind = "draft-only adapter" if is_draft_only(options) else "adapter" if options.lora_r and not options.merge else "model"
-    written = replace(options, lossless=options.lossless or is_draft_only(options))
     if options.lora_r and options.merge:
         model = model.merge_and_unload()
     base = model.get_base_model() if kind.endswith("adapter") else model
-    base.generation_config = wedlm_generation_config(base.generation_config, written, mask_id)
+    base.generation_config = wedlm_generation_config(base.generation_config, options, mask_id)
     model.save_pretrained(output)
     base.generation_config.save_pretrained(output)
     tokenizer.save_pretrained(output)
@@ -259,8 +275,8 @@ def save_output(model, tokenizer: PreTrainedTokenizerBase, output_dir: str, opti
 
 
 def wedlm_generation_config(config: GenerationConfig, options: FinetuneOptions, mask_id: int) -> GenerationConfig:
-    """The model's generation config with WeDLM decoding (plain or lossless, and these window settings) as its
-    default."""
+    """The model's generation config with WeDLM decoding (plain or lossless, and these window settings; the table's
+    default where an option is None) as its default."""
     config = GenerationConfig.from_dict(config.to_dict())
     config._from_model_config = False  # else loading rebuilds it from the model config, dropping these
     config.decoding = "wedlm"
@@ -268,5 +284,6 @@ def wedlm_generation_config(config: GenerationConfig, options: FinetuneOptions, 
     # the mask is an input only, but its (tied or trained) output row can win an argmax after training on it
     config.suppress_tokens = sorted({*(config.suppress_tokens or []), mask_id})
     for option in exposed_to(FINETUNE):
-        setattr(config, option.keyword, getattr(options, option.setting))
+        value = getattr(options, option.setting)
+        setattr(config, option.keyword, option.default if value is None else value)
     return config

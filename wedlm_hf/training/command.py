@@ -1,4 +1,7 @@
-"""Train the embedded WeDLM checkpoint from scratch on CPU (tokenizer, corpus, dual-stream objective)."""
+"""Train the embedded WeDLM checkpoint from scratch on CPU (tokenizer, corpus, dual-stream objective).
+
+At the end a short evaluation on held-out prompts chooses the checkpoint's default decoding, as `finetune` does.
+"""
 
 import argparse
 import csv
@@ -8,6 +11,12 @@ import time
 from pathlib import Path
 
 import torch
+
+from ..bench.prompts import counting_prompts
+from ..commands.options import add_written_arguments
+from ..evaluation import EvalPrompt, EvaluationReport, evaluate_model
+from ..evaluation.default_decoding import decide_default_decoding, evaluated_thresholds, write_default_decoding
+from ..generation.options import BY_SETTING
 
 DEFAULT_OUTPUT = "wedlm-tiny-code"
 
@@ -30,9 +39,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     add("--intermediate-size", type=int, default=704)
     add("--eval-every", type=int, default=100, help="steps between held-out loss evaluations")
     add("--save-every", type=int, default=500, help="steps between saves of the checkpoint so far (0: end only)")
-    add("--window-size", type=int, default=16, help="wedlm_window_size written to generation_config.json")
-    add("--threshold", type=float, default=1.0, help="wedlm_entropy_threshold written to generation_config.json")
-    add("--penalty", type=float, default=0.05, help="wedlm_pos_penalty_factor written to generation_config.json")
+    add_written_arguments(parser, "generation_config.json")
+    add("--no-evaluate", action="store_true", help="skip the end-of-run decoding evaluation that chooses the default")
     add("--seed", type=int, default=0)
     add("--threads", type=int, default=2, help="torch CPU threads; use 1 when other processes share the cores")
     parser.set_defaults(run=run)
@@ -114,12 +122,35 @@ def run(args: argparse.Namespace) -> int:
             log.append({"step": step, "split": "eval", "loss": eval_loss.item(), **eval_parts, "lr": record["lr"]})
         progress.set_postfix(loss=f"{record['loss']:.3f}", mdm=f"{parts['mdm']:.3f}", ar=f"{parts['ar']:.3f}")
         if args.save_every and step % args.save_every == 0 and step < args.steps:
-            save(output, model, tokenizer, log, summarize(args, model, code_rows, generated_rows, started, step))
+            save(output, model, tokenizer, args)
+            write_logs(output, log, summarize(args, model, code_rows, generated_rows, started, step))
 
+    save(output, model, tokenizer, args)
     summary = summarize(args, model, code_rows, generated_rows, started, args.steps)
-    save(output, model, tokenizer, log, summary)
+    report = None if args.no_evaluate else evaluate_checkpoint(model.eval(), tokenizer, eval_rows, args, output)
+    decoding = decide_default_decoding(args.lossless, args.entropy_threshold, report)
+    write_default_decoding(output, decoding)
+    summary["default_decoding"] = decoding.to_dict()
+    write_logs(output, log, summary)
     print(json.dumps(summary, indent=2))
     return 0
+
+
+def evaluate_checkpoint(
+    model, tokenizer, eval_rows: torch.Tensor, args: argparse.Namespace, output: Path
+) -> EvaluationReport:
+    """Greedy, lossless and plain WeDLM on the first halves of four held-out code rows and on two counting prompts;
+    short (one timed repeat, 32 new tokens): it only has to show which decoding reproduces greedy. Written as
+    evaluation.json / evaluation.md beside the checkpoint."""
+    half = eval_rows.shape[1] // 2
+    prompts = [EvalPrompt(text=tokenizer.decode(row[:half]), domain="held-out code") for row in eval_rows[:4]]
+    prompts += [EvalPrompt(text=text, domain="counting") for text in counting_prompts(2)]
+    thresholds = evaluated_thresholds(args.entropy_threshold)
+    with torch.inference_mode():
+        report = evaluate_model(model, tokenizer, prompts, thresholds=thresholds, max_new_tokens=32, repeats=1)
+    report.write_json(output / "evaluation.json")
+    (output / "evaluation.md").write_text(report.markdown())
+    return report
 
 
 def summarize(args: argparse.Namespace, model, code_rows, generated_rows, started: float, step: int) -> dict:
@@ -133,16 +164,18 @@ def summarize(args: argparse.Namespace, model, code_rows, generated_rows, starte
     }
 
 
-def save(output: Path, model, tokenizer, log: list[dict], summary: dict) -> None:
-    """Model, tokenizer, WeDLM generation defaults, loss log and plot; intermediate saves overwrite each other."""
+def save(output: Path, model, tokenizer, args: argparse.Namespace) -> None:
+    """Model, tokenizer and WeDLM generation defaults; intermediate saves overwrite each other. The default decoding
+    is lossless (or the user's `--plain`) until the end-of-run evaluation chooses."""
     from transformers import GenerationConfig
 
-    args = summary["arguments"]
+    threshold = BY_SETTING["entropy_threshold"].default if args.entropy_threshold is None else args.entropy_threshold
     model.generation_config = GenerationConfig(
         decoding="wedlm",
-        wedlm_window_size=args["window_size"],
-        wedlm_entropy_threshold=args["threshold"],
-        wedlm_pos_penalty_factor=args["penalty"],
+        wedlm_window_size=args.window_size,
+        wedlm_entropy_threshold=threshold,
+        wedlm_pos_penalty_factor=args.pos_penalty_factor,
+        wedlm_lossless=args.lossless is not False,
         mask_token_id=tokenizer.mask_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -150,7 +183,6 @@ def save(output: Path, model, tokenizer, log: list[dict], summary: dict) -> None
     )
     model.save_pretrained(output)
     tokenizer.save_pretrained(output)
-    write_logs(output, log, summary)
 
 
 def write_logs(output: Path, log: list[dict], summary: dict) -> None:
