@@ -24,16 +24,19 @@ def default_help(option: WeDLMOption) -> str:
     )
 
 
-def value_parser(option: WeDLMOption):
-    """argparse's `type` for `option`: its value, or an error saying what the value must be."""
+def value_parser(option: WeDLMOption, none_allowed: bool = True):
+    """argparse's `type` for `option`: its value, of its kind and within its bounds (so the error names the flag the
+    user typed), or an error saying what it must be. `none_allowed` False: a value written into a generation
+    config, where an absent flag already means the default."""
+    accepts = option.accepts if none_allowed else replace(option.accepts, none_means=None)
 
     def parse(text: str) -> object:
         try:
-            value = option.accepts.parse(text)
+            value = accepts.parse(text)
         except ValueError:
             value = text
-        if not option.accepts(value):  # a bound too, so the error names the flag the user typed
-            raise argparse.ArgumentTypeError(f"must be {option.accepts.describe('cli')}; got {text!r}")
+        if not accepts(value):
+            raise argparse.ArgumentTypeError(f"must be {accepts.describe('cli')}; got {text!r}")
         return value
 
     parse.__name__ = option.setting
@@ -109,24 +112,6 @@ def add_written_arguments(parser: argparse.ArgumentParser, where: str) -> None:
         default = f"the evaluation's choice, else {option.default}" if chosen else option.default
         parser.add_argument(
             option.flag, *option.old_flags, dest=option.setting, metavar=option.setting.upper(),
-            type=written_value_parser(option), default=None if chosen else option.default,
+            type=value_parser(option, none_allowed=False), default=None if chosen else option.default,
             help=f"{option.help}; written to {where} (default: {default})",
         )
-
-
-def written_value_parser(option: WeDLMOption):
-    """argparse's `type` for a value written into a generation config: of the option's kind and within its bounds,
-    checked before any training (no 'none': an absent flag already means the default)."""
-    accepts = replace(option.accepts, none_means=None)
-
-    def parse(text: str) -> object:
-        try:
-            value = accepts.parse(text)
-        except ValueError:
-            value = None
-        if not accepts(value):
-            raise argparse.ArgumentTypeError(f"must be {accepts.describe()}; got {text!r}")
-        return value
-
-    parse.__name__ = option.setting
-    return parse
