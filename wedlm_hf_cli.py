@@ -19,7 +19,7 @@ SUBCOMMANDS = {  # name: (module, one-line help, the extra that installs its opt
     "evaluate": (
         "wedlm_hf.commands.evaluate", "WeDLM vs greedy on held-out prompts, drift from a base model, HumanEval", "eval"
     ),
-    "train": ("wedlm_hf.training.command", "train the embedded WeDLM checkpoint from scratch on CPU", "train"),
+    "train": ("wedlm_hf.commands.train", "train the embedded WeDLM checkpoint from scratch on CPU", "train"),
     "finetune": ("wedlm_hf.commands.finetune", "adapt a causal LM (or a WeDLM checkpoint) to WeDLM decoding", "finetune"),
     "export": ("wedlm_hf.commands.export", "export a Hub-ready WeDLM folder or a custom_generate recipe", None),
     "push": ("wedlm_hf.commands.push", "upload a folder written by `wedlm-hf export` to the Hub", None),

@@ -6,19 +6,14 @@ Multi-process runs are `Trainer`'s: `torchrun --nproc_per_node 2 -m wedlm_hf.cli
 
 import argparse
 import logging
-from dataclasses import fields
 
 from ..evaluation.default_decoding import DefaultDecoding
 from ..evaluation.report import GREEDY
 from ..finetune.recipe import FinetuneOptions
-from ..generation.options import FINETUNE, exposed_to
 from ..loading.names import MODEL_HELP
-from .options import add_written_arguments
+from .options import add_field_arguments, add_written_arguments, field_values
 
-DEFAULTS = FinetuneOptions()
-WRITTEN_SETTINGS = {option.setting for option in exposed_to(FINETUNE)}
-"""The options written into the output's generation config: their flags come from the options table."""
-HELP = {
+HELP = {  # one flag per `FinetuneOptions` field named here; the written options' flags come from the options table
     "seq_len": "tokens per training row (text is packed; each chat is one row)",
     "block_size": "prediction-stream block size B (the authors': 32)",
     "ar_weight": "weight of the auxiliary next-token loss on the clean stream (default 1.0; a draft-only adapter has none)",
@@ -52,16 +47,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     add("model", help="a WeDLM checkpoint or any model `wedlm_hf.enable` admits: " + MODEL_HELP)
     add("--data", required=True, help="JSONL of {'text': ...} or {'messages': [...]} records, or a local `datasets` file/folder")
     add("--output-dir", required=True, help="where checkpoints and the adapted model (or adapter) are written")
-    for option in fields(FinetuneOptions):
-        if option.name in ("trainer_arguments", "evaluate") or option.name in WRITTEN_SETTINGS:
-            continue
-        flag = "--" + option.name.replace("_", "-")
-        default = getattr(DEFAULTS, option.name)
-        if isinstance(default, bool):
-            add(flag, action="store_true", help=HELP[option.name])
-        else:
-            kind = {"lora_alpha": int, "minutes": float, "learning_rate": float, "ar_weight": float}.get(option.name, type(default) if default is not None else str)
-            add(flag, type=kind, default=default, help=HELP[option.name])
+    add_field_arguments(parser, FinetuneOptions, HELP)
     add_written_arguments(parser, "the output's generation config")
     add("--deepspeed", help="a DeepSpeed config file, as for any Trainer job")
     add("--fsdp", help="FSDP options, as TrainingArguments' `fsdp` (e.g. 'full_shard auto_wrap')")
@@ -72,11 +58,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..finetune.recipe import finetune
 
-    values = {
-        option.name: getattr(args, option.name)
-        for option in fields(FinetuneOptions)
-        if option.name not in ("trainer_arguments", "evaluate")
-    }
+    values = field_values(args, FinetuneOptions, exclude=("trainer_arguments", "evaluate"))
     values["evaluate"] = not args.no_evaluate
     passed = {name: getattr(args, name) for name in ("deepspeed", "fsdp") if getattr(args, name)}
     show_progress("wedlm_hf.evaluation")

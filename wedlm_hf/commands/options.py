@@ -1,11 +1,12 @@
 """The WeDLM options on the command line, derived from `wedlm_hf/generation/options.py`: one flag per option (a
 bool option also gets the flag that turns it off), checked as `generate` checks it, read back as `generate`
 keywords. `add_written_arguments` adds the flags of the options `finetune` and `train` write into their output's
-generation config."""
+generation config, `add_field_arguments` the flags of their own options dataclass."""
 
 import argparse
 import json
-from dataclasses import replace
+import typing
+from dataclasses import fields, replace
 from pathlib import Path
 
 import wedlm_hf
@@ -115,3 +116,23 @@ def add_written_arguments(parser: argparse.ArgumentParser, where: str) -> None:
             type=value_parser(option, none_allowed=False), default=None if chosen else option.default,
             help=f"{option.help}; written to {where} (default: {default})",
         )
+
+
+def add_field_arguments(parser: argparse.ArgumentParser, options: type, help: dict[str, str]) -> None:
+    """A flag per field of the dataclass `options` named in `help` (`--field-name`, the field's default and type;
+    a bool field is a switch), so a recipe's options are declared once, in its dataclass."""
+    defaults = options()
+    for field in fields(options):
+        if field.name not in help:
+            continue
+        flag, default = "--" + field.name.replace("_", "-"), getattr(defaults, field.name)
+        if isinstance(default, bool):
+            parser.add_argument(flag, action="store_true", help=help[field.name])
+            continue
+        kind = next(t for t in typing.get_args(field.type) or (field.type,) if t is not type(None))
+        parser.add_argument(flag, type=kind, default=default, help=help[field.name])
+
+
+def field_values(args: argparse.Namespace, options: type, exclude: tuple[str, ...] = ()) -> dict:
+    """The values of `options`' fields that the command line set (all but `exclude`)."""
+    return {field.name: getattr(args, field.name) for field in fields(options) if field.name not in exclude}

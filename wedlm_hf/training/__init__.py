@@ -1,4 +1,5 @@
-"""Training the embedded WeDLM checkpoint: dual-stream objective, tokenizer, corpus and the `train` command."""
+"""Training the embedded WeDLM checkpoint: dual-stream objective, tokenizer, corpus, and the recipe that
+`wedlm-hf train` runs."""
 
 from .objective import (
     DualStreamCollator,

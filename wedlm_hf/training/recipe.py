@@ -3,50 +3,53 @@
 At the end a short evaluation on held-out prompts chooses the checkpoint's default decoding, as `finetune` does.
 """
 
-import argparse
 import csv
 import json
 import resource
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
 from ..bench.prompts import counting_prompts
-from ..commands.options import add_written_arguments
 from ..evaluation import EvalPrompt, EvaluationReport, evaluate_model
 from ..evaluation.default_decoding import decide_default_decoding, evaluated_thresholds, write_default_decoding
 from ..generation.options import BY_SETTING
 
-DEFAULT_OUTPUT = "wedlm-tiny-code"
+
+@dataclass
+class TrainOptions:
+    """What `train` does; the defaults are the shipped checkpoint's run (docs/training.md)."""
+
+    output_dir: str = "wedlm-tiny-code"
+    steps: int = 8500
+    batch_size: int = 8
+    seq_len: int = 192
+    block_size: int = 16
+    lr: float = 3e-3
+    warmup: int = 40
+    ar_weight: float = 0.5
+    low_entropy_share: float = 0.3
+    code_chars: int = 12_000_000
+    vocab_size: int = 2048
+    hidden_size: int = 256
+    layers: int = 4
+    intermediate_size: int = 704
+    eval_every: int = 100
+    save_every: int = 500
+    window_size: int = BY_SETTING["window_size"].default
+    entropy_threshold: float | None = None
+    """Plain WeDLM's threshold, the only one evaluated; None: the evaluation tries its default thresholds."""
+    pos_penalty_factor: float = BY_SETTING["pos_penalty_factor"].default
+    lossless: bool | None = None
+    """The checkpoint's default decoding: True lossless, False plain; None: the one the evaluation shows right."""
+    evaluate: bool = True
+    seed: int = 0
+    threads: int = 2
 
 
-def register(parser: argparse.ArgumentParser) -> None:
-    add = parser.add_argument
-    add("--output-dir", default=DEFAULT_OUTPUT, help="where the checkpoint, loss log and plot are written")
-    add("--steps", type=int, default=8500)
-    add("--batch-size", type=int, default=8)
-    add("--seq-len", type=int, default=192, help="tokens per stream (the model sees twice this)")
-    add("--block-size", type=int, default=16, help="prediction-stream block size B")
-    add("--lr", type=float, default=3e-3)
-    add("--warmup", type=int, default=40)
-    add("--ar-weight", type=float, default=0.5, help="weight of the memory-stream next-token loss")
-    add("--low-entropy-share", type=float, default=0.3, help="share of rows from generated sequences")
-    add("--code-chars", type=int, default=12_000_000, help="stdlib characters read for the tokenizer and rows")
-    add("--vocab-size", type=int, default=2048)
-    add("--hidden-size", type=int, default=256)
-    add("--layers", type=int, default=4)
-    add("--intermediate-size", type=int, default=704)
-    add("--eval-every", type=int, default=100, help="steps between held-out loss evaluations")
-    add("--save-every", type=int, default=500, help="steps between saves of the checkpoint so far (0: end only)")
-    add_written_arguments(parser, "generation_config.json")
-    add("--no-evaluate", action="store_true", help="skip the end-of-run decoding evaluation that chooses the default")
-    add("--seed", type=int, default=0)
-    add("--threads", type=int, default=2, help="torch CPU threads; use 1 when other processes share the cores")
-    parser.set_defaults(run=run)
-
-
-def build_model(tokenizer, args: argparse.Namespace):
+def build_model(tokenizer, args: TrainOptions):
     """A small Qwen3-layout WeDLM model (4 heads of 64, 2 KV heads, q/k norm, tied embeddings)."""
     from wedlm_hf import WeDLMConfig, WeDLMForCausalLM
 
@@ -70,7 +73,9 @@ def build_model(tokenizer, args: argparse.Namespace):
     return WeDLMForCausalLM(config)
 
 
-def run(args: argparse.Namespace) -> int:
+def train(args: TrainOptions) -> dict:
+    """Train, save and evaluate the checkpoint in `args.output_dir`; returns the summary also written to
+    training_log.json."""
     from tqdm.auto import tqdm
     from transformers import get_cosine_schedule_with_warmup, set_seed
 
@@ -127,17 +132,16 @@ def run(args: argparse.Namespace) -> int:
 
     save(output, model, tokenizer, args)
     summary = summarize(args, model, code_rows, generated_rows, started, args.steps)
-    report = None if args.no_evaluate else evaluate_checkpoint(model.eval(), tokenizer, eval_rows, args, output)
+    report = evaluate_checkpoint(model.eval(), tokenizer, eval_rows, args, output) if args.evaluate else None
     decoding = decide_default_decoding(args.lossless, args.entropy_threshold, report)
     write_default_decoding(output, decoding)
     summary["default_decoding"] = decoding.to_dict()
     write_logs(output, log, summary)
-    print(json.dumps(summary, indent=2))
-    return 0
+    return summary
 
 
 def evaluate_checkpoint(
-    model, tokenizer, eval_rows: torch.Tensor, args: argparse.Namespace, output: Path
+    model, tokenizer, eval_rows: torch.Tensor, args: TrainOptions, output: Path
 ) -> EvaluationReport:
     """Greedy, lossless and plain WeDLM on the first halves of four held-out code rows and on two counting prompts;
     short (one timed repeat, 32 new tokens): it only has to show which decoding reproduces greedy. Written as
@@ -153,9 +157,9 @@ def evaluate_checkpoint(
     return report
 
 
-def summarize(args: argparse.Namespace, model, code_rows, generated_rows, started: float, step: int) -> dict:
+def summarize(args: TrainOptions, model, code_rows, generated_rows, started: float, step: int) -> dict:
     return {
-        "arguments": {k: v for k, v in vars(args).items() if k != "run"},
+        "arguments": asdict(args),
         "steps_done": step,
         "parameters": sum(p.numel() for p in model.parameters()),
         "train_rows_available": {"code": len(code_rows), "generated": len(generated_rows)},
@@ -164,7 +168,7 @@ def summarize(args: argparse.Namespace, model, code_rows, generated_rows, starte
     }
 
 
-def save(output: Path, model, tokenizer, args: argparse.Namespace) -> None:
+def save(output: Path, model, tokenizer, args: TrainOptions) -> None:
     """Model, tokenizer and WeDLM generation defaults; intermediate saves overwrite each other. The default decoding
     is lossless (or the user's `--plain`) until the end-of-run evaluation chooses."""
     from transformers import GenerationConfig
