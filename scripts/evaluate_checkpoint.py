@@ -129,8 +129,8 @@ def evaluate(
 
 def table(results: dict[str, dict], window: int, penalty: float, max_new_tokens: int) -> str:
     rows = [
-        f"| prompts | threshold | tokens/forward | WeDLM tok/s | AR tok/s | speed-up | identical to AR | "
-        f"PPL WeDLM | PPL AR |",
+        "| prompts | threshold | tokens/forward | WeDLM tok/s | AR tok/s | speed-up | identical to AR | "
+        "PPL WeDLM | PPL AR |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, result in results.items():

@@ -5,13 +5,13 @@ import copy
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from local_server import free_port
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import wedlm_hf
@@ -193,11 +193,6 @@ def _env() -> dict:
     return dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 def test_cli_resume_after_killing_the_run(tmp_path):
     rows = [dict(row, id=f"{n}-{i}") for n in range(4) for i, row in enumerate(ROWS)]
@@ -230,7 +225,7 @@ def test_two_processes_equal_one(tmp_path, per_row):
     output = tmp_path / "out.jsonl"
     command = [
         str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
+        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
         "-m", "wedlm_hf.cli", "generate", "--input", str(source), "--output", str(output),
         "--max-new-tokens", str(NEW_TOKENS), "--batch-size", "2", "--no-progress",
     ]

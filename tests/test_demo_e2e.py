@@ -8,7 +8,6 @@ only when Playwright, Gradio or the browser is missing (`.ci/install_browser.sh`
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+from local_server import free_port
 from test_demo_logic import save_tiny_checkpoint
 
 import wedlm_hf
@@ -46,11 +46,6 @@ if not Path(CHROMIUM).exists():
     pytest.skip(f"no browser at {CHROMIUM} (.ci/install_browser.sh installs it)", allow_module_level=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
 
 def _wait_until_serving(server: subprocess.Popen, url: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
@@ -68,7 +63,7 @@ def _wait_until_serving(server: subprocess.Popen, url: str, timeout: float = 60.
 @pytest.fixture(scope="module")
 def demo_url():
     checkpoint = wedlm_hf.DEFAULT_MODEL
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     command = [sys.executable, "-m", "wedlm_hf.cli", "demo", "--model", str(checkpoint), "--port", str(port)]
     server = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

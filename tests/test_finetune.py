@@ -9,13 +9,19 @@ from pathlib import Path
 import pytest
 import torch
 from default_decoding_check import shown_right, written_default
-from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
+from local_server import free_port
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GenerationConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+)
 
 import wedlm_hf
 from wedlm_hf.cli import main as wedlm_hf_cli
-from wedlm_hf.finetune import FinetuneOptions, finetune
+from wedlm_hf.finetune import FinetuneOptions, finetune, mask_token
 from wedlm_hf.finetune.data import build_rows, read_records
-from wedlm_hf.finetune import mask_token
 from wedlm_hf.finetune.mask_token import ensure_mask_token, unused_special_token
 from wedlm_hf.loading import load_model_and_tokenizer, pretrained_path
 from wedlm_hf.training import DualStreamCollator
@@ -246,7 +252,7 @@ def test_default_decoding_given_or_not_evaluated_is_written_as_such(tiny_llama, 
 def test_two_process_data_parallel_with_torchrun(tiny_llama, counting_data, tmp_path):
     output = tmp_path / "ddp"
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
         "-m", "wedlm_hf.cli", "finetune", str(tiny_llama), "--data", str(counting_data), "--output-dir", str(output),
         "--seq-len", "48", "--block-size", "16", "--max-steps", "4", "--eval-steps", "4", "--save-steps", "4",
     ]
