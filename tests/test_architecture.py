@@ -1,5 +1,6 @@
-"""The decoder's shape (docs/architecture.md): one-way imports in `generation/` (lazy ones included), short modules,
-a short `wedlm_decode`, and the WeDLM option names declared once."""
+"""The package's shape (docs/architecture.md): one-way imports in `generation/` and across the package (lazy ones
+included), short modules, a short `wedlm_decode`, the WeDLM option names declared once, nothing importable at the
+top but `wedlm_hf`, and every command in `wedlm_hf/commands/`."""
 
 import ast
 import dataclasses
@@ -136,3 +137,14 @@ def test_package_imports_have_no_cycle():
     for module in sorted(graph):
         visit(module, [])
     assert cycles == []
+
+
+def test_every_command_lives_in_commands():
+    """One place for commands: each `wedlm-hf` subcommand is a module of `wedlm_hf/commands/` (arguments and
+    output; the logic in the library), and every module there but the shared options is a subcommand."""
+    from wedlm_hf_cli import SUBCOMMANDS
+
+    modules = {name: module for name, (module, _help, _extra) in SUBCOMMANDS.items()}
+    assert all(module == f"wedlm_hf.commands.{name}" for name, module in modules.items()), modules
+    files = {path.stem for path in (PACKAGE / "commands").glob("*.py")} - {"__init__", "options"}
+    assert files - set(SUBCOMMANDS) == {"generate_batch"}  # `generate --input`, a mode of `generate`
