@@ -148,3 +148,18 @@ def test_every_command_lives_in_commands():
     assert all(module == f"wedlm_hf.commands.{name}" for name, module in modules.items()), modules
     files = {path.stem for path in (PACKAGE / "commands").glob("*.py")} - {"__init__", "options"}
     assert files - set(SUBCOMMANDS) == {"generate_batch"}  # `generate --input`, a mode of `generate`
+
+
+def test_exported_code_imports_only_itself_and_modeling_only_the_mixin():
+    """`generation/` and `modeling/` are exported flat to the Hub, so they import nothing else of the package; the
+    model classes know of decoding only the mixin they inherit (and the version check every exported file runs)."""
+    paths = list(PACKAGE.rglob("*.py"))
+    modules = {module_name(path) for path in paths}
+    for folder in ("generation", "modeling"):
+        for path in (PACKAGE / folder).glob("*.py"):
+            imported = package_imports(path, modules)
+            exported = {m for m in imported if m.startswith(("wedlm_hf.generation", "wedlm_hf.modeling"))}
+            assert imported == exported, (path.name, imported - exported)
+            if folder == "modeling":
+                generation = {m for m in imported if m.startswith("wedlm_hf.generation")}
+                assert generation <= {"wedlm_hf.generation.mixin", "wedlm_hf.generation.transformers_version"}
