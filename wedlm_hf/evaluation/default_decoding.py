@@ -13,10 +13,11 @@ from transformers import GenerationConfig
 
 from ..generation.options import BY_SETTING
 from .evaluate import DEFAULT_THRESHOLDS
-from .report import LOSSLESS, EvaluationReport, plain_name
+from .report import LOSSLESS, LOSSLESS_LOOKUP, EvaluationReport, plain_name
 
 LOSSLESS_OPTION = BY_SETTING["lossless"]
 """`wedlm_lossless`, whose `--lossless` / `--plain` flags are the user's explicit choice."""
+LOOKUP_KEYWORD = BY_SETTING["prompt_lookup"].keyword
 
 
 @dataclass(frozen=True)
@@ -32,19 +33,24 @@ class DefaultDecoding:
     def describe(self) -> str:
         """'lossless WeDLM' or 'plain WeDLM at entropy threshold T', for summaries and model cards."""
         if self.keywords[LOSSLESS_OPTION.keyword]:
-            return "lossless WeDLM"
+            return "lossless WeDLM" + (" with prompt lookup" if self.keywords.get(LOOKUP_KEYWORD) else "")
         return f"plain WeDLM at entropy threshold {self.keywords['wedlm_entropy_threshold']:g}"
 
     def sentence(self) -> str:
         return f"{self.describe()} ({self.reason})"
 
 
-def lossless(reason: str) -> DefaultDecoding:
-    return DefaultDecoding({LOSSLESS_OPTION.keyword: True}, reason)
+def lossless(reason: str, lookup: bool | None = None) -> DefaultDecoding:
+    """Lossless WeDLM; with `lookup` True or False, prompt lookup on or off (None: left as it is)."""
+    keywords = {LOSSLESS_OPTION.keyword: True} | ({} if lookup is None else {LOOKUP_KEYWORD: lookup})
+    return DefaultDecoding(keywords, reason)
 
 
 def plain(threshold: float, reason: str) -> DefaultDecoding:
-    return DefaultDecoding({LOSSLESS_OPTION.keyword: False, "wedlm_entropy_threshold": float(threshold)}, reason)
+    """Plain WeDLM at `threshold` (prompt lookup off: it drafts for lossless mode only)."""
+    return DefaultDecoding(
+        {LOSSLESS_OPTION.keyword: False, LOOKUP_KEYWORD: False, "wedlm_entropy_threshold": float(threshold)}, reason
+    )
 
 
 def evaluated_thresholds(threshold: float | None) -> tuple[float, ...]:
@@ -53,14 +59,16 @@ def evaluated_thresholds(threshold: float | None) -> tuple[float, ...]:
     return DEFAULT_THRESHOLDS if threshold is None else (threshold,)
 
 
-def choose_default_decoding(report: EvaluationReport) -> DefaultDecoding:
-    """The default decoding `report` shows to be right.
+def choose_default_decoding(report: EvaluationReport, plain_allowed: bool = True) -> DefaultDecoding:
+    """The default decoding `report` shows to be right, and the fastest such (`plain_allowed` False: lossless, with
+    or without lookup, as a draft-only adapter needs).
 
-    Plain WeDLM at threshold t is shown right only if on every evaluated domain its continuations are identical to
-    greedy `generate()`'s (`identical` == 1.0). Among those thresholds, the one with the most tokens per forward
-    over all domains (generated tokens summed over domains / forwards summed over domains) is chosen, and only if
-    it beats lossless WeDLM's tokens per forward (summed alike); otherwise lossless, whose output is the greedy
-    output by construction.
+    Lossless WeDLM is right by construction (its output is the greedy output), with prompt lookup or without: of
+    the two, the one with more tokens per forward over all domains (generated tokens summed over domains / forwards
+    summed over domains; lookup only if strictly more). Plain WeDLM at threshold t is shown right only if on every
+    evaluated domain its continuations are identical to greedy `generate()`'s (`identical` == 1.0). Among those
+    thresholds, the one with the most tokens per forward is chosen, and only if it beats the chosen lossless
+    decoding's; otherwise that lossless decoding.
     """
     domains = list(dict.fromkeys(row.domain for row in report.rows))
 
@@ -68,24 +76,35 @@ def choose_default_decoding(report: EvaluationReport) -> DefaultDecoding:
         rows = [report.row(domain, decoding) for domain in domains]
         return sum(row.generated for row in rows) / max(sum(row.forwards for row in rows), 1)
 
-    baseline = tokens_per_forward(LOSSLESS)
+    plain_speed, lookup_speed = tokens_per_forward(LOSSLESS), tokens_per_forward(LOSSLESS_LOOKUP)
+    with_lookup = lookup_speed > plain_speed
+    exact = f"lossless{' with prompt lookup' if with_lookup else ''}"
+    baseline = max(plain_speed, lookup_speed)
+    lookup_words = f"{lookup_speed:.2f} tokens per forward with prompt lookup, {plain_speed:.2f} without"
+    if not plain_allowed:
+        return lossless(f"lossless only (plain would change the output); {lookup_words}", with_lookup)
     thresholds = report.settings["thresholds"]
     shown_right = [t for t in thresholds if all(report.row(d, plain_name(t)).identical == 1.0 for d in domains)]
     if not shown_right:
         worst = {t: min((report.row(d, plain_name(t)).identical, d) for d in domains) for t in thresholds}
         misses = ", ".join(f"{plain_name(t)} {share:.0%} on {d!r}" for t, (share, d) in worst.items())
-        return lossless(f"plain WeDLM was not identical to greedy on every domain at any threshold; identical: {misses}")
+        return lossless(
+            f"plain WeDLM was not identical to greedy on every domain at any threshold (identical: {misses}); "
+            f"lossless: {lookup_words}",
+            with_lookup,
+        )
     best = max(shown_right, key=lambda t: tokens_per_forward(plain_name(t)))
     speed = tokens_per_forward(plain_name(best))
     if speed <= baseline:
         return lossless(
             f"plain WeDLM at threshold {best:g} reproduced greedy on every domain but made {speed:.2f} tokens per "
-            f"forward, not more than lossless's {baseline:.2f}"
+            f"forward, not more than {exact}'s {baseline:.2f} (lossless: {lookup_words})",
+            with_lookup,
         )
     return plain(
         best,
         f"plain WeDLM at threshold {best:g} reproduced greedy on every domain ({', '.join(map(repr, domains))}) at "
-        f"{speed:.2f} tokens per forward, more than lossless's {baseline:.2f}",
+        f"{speed:.2f} tokens per forward, more than {exact}'s {baseline:.2f}",
     )
 
 

@@ -1,7 +1,7 @@
 """Before/after evaluation of a model adapted for WeDLM: parallel decoding on its domains, drift on general chat.
 
 Per domain, the prompts run through `wedlm_hf.bench`'s runner: greedy `generate()` (the reference), lossless WeDLM
-and plain WeDLM at each threshold, one instrumented pass (outputs, forwards, lossless drafts) then interleaved timed
+with and without prompt lookup, and plain WeDLM at each threshold, one instrumented pass (outputs, forwards, lossless drafts) then interleaved timed
 repeats, so speed-ups are paired medians on the same machine load. The drift check decodes general chat prompts
 with the evaluated model in lossless WeDLM (exactly its greedy output, through the same window forwards its drafts
 take) and greedily with a base model: fine-tuning for parallel decoding should not change what the model answers
@@ -19,7 +19,7 @@ from ..bench.measure import machine_info
 from ..bench.runner import BASELINE, ArmResult, BenchConfig, agreement, bench_prompt_set
 from ..enabling import enable
 from .prompts import EvalPrompt, as_prompts
-from .report import GREEDY, LOSSLESS, DecodingRow, Drift, EvaluationReport, plain_name
+from .report import GREEDY, LOSSLESS, LOSSLESS_LOOKUP, DecodingRow, Drift, EvaluationReport, plain_name
 
 logger = logging.getLogger(__name__)
 """Progress, one line per domain: an evaluation takes minutes on CPU (commands show it; the library stays quiet)."""
@@ -29,14 +29,22 @@ DEFAULT_THRESHOLDS = (0.2, 0.4, 0.8)
 
 
 def decoding_arms(thresholds: Iterable[float]) -> list[Arm]:
-    """Greedy (named as the bench baseline), lossless, and plain WeDLM per threshold. Lossless is set explicitly
-    either way, so a generation config that defaults to lossless cannot turn the plain rows lossless."""
+    """Greedy (named as the bench baseline), lossless with and without prompt lookup (both exactly greedy), and
+    plain WeDLM per threshold. Lossless and lookup are set explicitly either way, so a generation config that
+    defaults to either cannot change another row."""
     arms = [
         Arm(BASELINE, "ar", {"decoding": "ar"}),
-        Arm(LOSSLESS, "wedlm_lossless", {"decoding": "wedlm", "wedlm_lossless": True}),
+        Arm(LOSSLESS, "wedlm_lossless", {"decoding": "wedlm", "wedlm_lossless": True, "wedlm_prompt_lookup": False}),
+        Arm(
+            LOSSLESS_LOOKUP, "wedlm_lossless_lookup",
+            {"decoding": "wedlm", "wedlm_lossless": True, "wedlm_prompt_lookup": True},
+        ),
     ]
     for threshold in thresholds:
-        options = {"decoding": "wedlm", "wedlm_lossless": False, "wedlm_entropy_threshold": float(threshold)}
+        options = {
+            "decoding": "wedlm", "wedlm_lossless": False, "wedlm_prompt_lookup": False,
+            "wedlm_entropy_threshold": float(threshold),
+        }
         arms.append(Arm(plain_name(threshold), "wedlm", options, float(threshold)))
     return arms
 
@@ -120,7 +128,7 @@ def greedy_drift(
 ) -> Drift:
     """How many lossless continuations of `model` differ from `base_model`'s greedy ones, and their mean token
     match."""
-    greedy, lossless = decoding_arms(())
+    greedy, lossless, _ = decoding_arms(())
     ours, theirs, continuations = [], [], []
     for prompt in as_prompts(chat_prompts):
         ids = prompt.token_ids(tokenizer)

@@ -4,8 +4,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-GREEDY, LOSSLESS = "greedy", "lossless"
-"""Names of the reference decoding (transformers' greedy `generate`) and of lossless WeDLM in the report."""
+GREEDY, LOSSLESS, LOSSLESS_LOOKUP = "greedy", "lossless", "lossless+lookup"
+"""Names of the reference decoding (transformers' greedy `generate`), lossless WeDLM, and lossless WeDLM with prompt
+lookup in the report."""
 
 
 def write_json(data: dict, path: str | Path) -> None:
@@ -61,7 +62,7 @@ class EvaluationReport:
     drift: Drift | None = None
 
     def row(self, domain: str, decoding: str) -> DecodingRow:
-        """The row of one domain and decoding (`GREEDY`, `LOSSLESS` or `plain_name(threshold)`)."""
+        """The row of one domain and decoding (`GREEDY`, `LOSSLESS`, `LOSSLESS_LOOKUP` or `plain_name(threshold)`)."""
         for row in self.rows:
             if (row.domain, row.decoding) == (domain, decoding):
                 return row

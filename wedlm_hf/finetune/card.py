@@ -13,7 +13,13 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from ..evaluation import EvalPrompt, EvaluationReport, evaluate_model, read_prompts
-from ..evaluation.default_decoding import DefaultDecoding, decide_default_decoding, evaluated_thresholds, lossless
+from ..evaluation.default_decoding import (
+    DefaultDecoding,
+    choose_default_decoding,
+    decide_default_decoding,
+    evaluated_thresholds,
+    lossless,
+)
 from ..loading import load_model_and_tokenizer
 
 HELD_OUT = "held-out"
@@ -57,8 +63,11 @@ def evaluate_output(
 def default_decoding(
     lossless_flag: bool | None, threshold: float | None, report: EvaluationReport | None, draft_only: bool
 ) -> DefaultDecoding:
-    """The output's default decoding: always lossless for a draft-only adapter (plain would commit its drafts),
+    """The output's default decoding: always lossless for a draft-only adapter (plain would commit its drafts; with
+    prompt lookup if its evaluation shows that faster),
     else the user's `--lossless` / `--plain` or what the evaluation shows right."""
+    if draft_only and report is not None:
+        return choose_default_decoding(report, plain_allowed=False)
     if draft_only:
         return lossless("a draft-only adapter: lossless WeDLM returns the base model's greedy output, its drafts only pay")
     return decide_default_decoding(lossless_flag, threshold, report)
