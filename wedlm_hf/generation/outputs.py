@@ -34,7 +34,7 @@ class WeDLMStats:
     accepted: list[int] | None = None
     corrected: list[int] | None = None
     finish_reasons: list[str] = field(default_factory=list)
-    """Why each row ended: `EOS`, `STOP` or `LENGTH`."""
+    """Why each row ended: `EOS`, `STOP` or `LENGTH` (a request continuous batching dropped: `CANCELLED`)."""
 
     @property
     def tokens_per_forward(self) -> list[float]:
