@@ -10,6 +10,7 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..generation.outputs import EOS, LENGTH, STOP
+from ..padding import left_padded
 from .plan import Batch
 
 
@@ -24,11 +25,7 @@ def generate_batch(
     if pad_id is None:
         pad_id = eos_ids[0] if eos_ids else 0
     longest = batch.longest
-    input_ids = torch.full((len(batch.rows), longest), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros_like(input_ids)
-    for i, ids in enumerate(batch.token_ids):
-        input_ids[i, longest - len(ids) :] = torch.tensor(ids)
-        attention_mask[i, longest - len(ids) :] = 1
+    input_ids, attention_mask = left_padded(batch.token_ids, pad_id)
     if kwargs.get("stop_strings"):
         kwargs["tokenizer"] = tokenizer
     with torch.inference_mode():

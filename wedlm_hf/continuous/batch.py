@@ -17,6 +17,7 @@ from ..generation.loop import DecodeLoop, RowProgress
 from ..generation.settings import WeDLMSettings
 from ..generation.validation import check_request, check_settings
 from ..generation.window import WindowLayout
+from ..padding import left_padded
 from .requests import GenerationRequest
 
 
@@ -61,12 +62,7 @@ class RunningBatch:
     def start(self, group: list[GenerationRequest]) -> None:
         """Decode the first step of `group` in a batch of its own (prompt and first window in one forward, as
         `generate` does), then append its rows, in order, after the held ones."""
-        longest = max(len(request.input_ids) for request in group)
-        input_ids = torch.full((len(group), longest), self.pad_id, dtype=torch.long, device=self.device)
-        mask = torch.zeros_like(input_ids)
-        for i, request in enumerate(group):  # left padding, as batched generate
-            input_ids[i, longest - len(request.input_ids) :] = torch.tensor(request.input_ids)
-            mask[i, longest - len(request.input_ids) :] = 1
+        input_ids, mask = left_padded([request.input_ids for request in group], self.pad_id, self.device)
         budgets = torch.tensor([request.max_new_tokens for request in group], device=self.device)
         record = output_record(
             input_ids, self.layout, self.config, StoppingCriteriaList(), None, (), self.vocab_size,
@@ -76,7 +72,7 @@ class RunningBatch:
             i: list(StoppingCriteriaList([StopStringCriteria(self.tokenizer, request.stop_strings)]))
             for i, request in enumerate(group) if request.stop_strings
         }
-        padded = any(len(request.input_ids) < longest for request in group)
+        padded = any(len(request.input_ids) < input_ids.shape[1] for request in group)
         loop = start_decoding(
             self.model, input_ids, mask, padded, budgets, self.layout, self.settings, self.config, self.processors,
             record,
