@@ -2,6 +2,7 @@
 
 import socket
 import time
+from patience import PATIENCE_S
 
 import wedlm_hf
 
@@ -21,8 +22,8 @@ def start_server(**serve_options):
         wedlm_hf.DEFAULT_MODEL, host="127.0.0.1", port=port, generation_defaults={}, non_blocking=True,
         **serve_options,
     )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + PATIENCE_S
     while not running.server.started:
-        assert time.monotonic() < deadline, "the server did not start within 60 s"
+        assert time.monotonic() < deadline, f"the server did not start within {PATIENCE_S} s"
         time.sleep(0.1)
     return running, port

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from local_server import free_port
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from patience import PATIENCE_S
 
 import wedlm_hf
 from wedlm_hf.cli import main
@@ -200,7 +201,7 @@ def test_cli_resume_after_killing_the_run(tmp_path):
     output, uninterrupted = tmp_path / "out.jsonl", tmp_path / "uninterrupted.jsonl"
     args = ["generate", "--input", str(source), "--max-new-tokens", str(NEW_TOKENS), "--batch-size", "1", "--no-progress"]
     process = subprocess.Popen([str(BIN / "wedlm-hf"), *args, "--output", str(output)], env=_env(), stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + PATIENCE_S
     while time.monotonic() < deadline and process.poll() is None and _lines(output) < 3:
         time.sleep(0.02)
     process.send_signal(signal.SIGKILL)
@@ -229,7 +230,7 @@ def test_two_processes_equal_one(tmp_path, per_row):
         "-m", "wedlm_hf.cli", "generate", "--input", str(source), "--output", str(output),
         "--max-new-tokens", str(NEW_TOKENS), "--batch-size", "2", "--no-progress",
     ]
-    run = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300)
+    run = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=PATIENCE_S)
     assert run.returncode == 0, run.stderr[-3000:]
     check_against_per_row(read_output(output), per_row)
     shares = run.stderr.strip().splitlines()[-1]

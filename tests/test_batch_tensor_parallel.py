@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+from patience import PATIENCE_S
 
 import wedlm_hf
 from wedlm_hf.cli import main
@@ -52,7 +53,7 @@ def test_tensor_parallel_equals_one_process(tiny_qwen3, tmp_path):
     command = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc_per_node", "2",
                "-m", "wedlm_hf.cli", *args, "--tp", "--output", str(tmp_path / "tp.jsonl")]
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=PATIENCE_S)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "one model sharded over 2 processes" in run.stderr
     assert (tmp_path / "tp.jsonl").read_text() == one.read_text()

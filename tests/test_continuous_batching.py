@@ -8,6 +8,7 @@ import threading
 import pytest
 import torch
 from transformers import AutoTokenizer, GenerationConfig
+from patience import PATIENCE_S
 
 import wedlm_hf
 from real_model import load_smollm2
@@ -258,7 +259,7 @@ def test_batcher_serves_concurrent_submitters_and_streams():
 
         def client(i):
             handles[i] = batcher.submit(PROMPTS[i], BUDGETS[i], request_id=str(i))
-            for tokens in handles[i].stream(timeout=60):
+            for tokens in handles[i].stream(timeout=PATIENCE_S):
                 streams[i].extend(tokens)
 
         threads = [threading.Thread(target=client, args=(i,)) for i in range(len(PROMPTS))]
@@ -266,7 +267,7 @@ def test_batcher_serves_concurrent_submitters_and_streams():
             thread.start()
         for thread in threads:
             thread.join(120)
-        results = {str(i): handle.result(timeout=60) for i, handle in enumerate(handles)}
+        results = {str(i): handle.result(timeout=PATIENCE_S) for i, handle in enumerate(handles)}
         requests = [GenerationRequest(p, b, request_id=str(i)) for i, (p, b) in enumerate(zip(PROMPTS, BUDGETS))]
         assert_alone_equal(model, config, requests, results)
         assert streams == [results[str(i)].tokens for i in range(len(PROMPTS))]

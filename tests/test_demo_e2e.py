@@ -18,6 +18,7 @@ from urllib.parse import urlparse
 import pytest
 from local_server import free_port
 from test_demo_logic import save_tiny_checkpoint
+from patience import PATIENCE_S
 
 import wedlm_hf
 from wedlm_hf.demo.engine import load_generation_config
@@ -39,6 +40,7 @@ COUNTING_PROMPT = "1, 2, 3, 4, 5, 6, 7, 8,"
 NEW_CODE = next(example for example in EXAMPLES if example.label.startswith("New Python code"))
 VERDICT = re.compile(r"WeDLM x(\d+\.\d\d) vs AR \(tokens/s\) · (\d+\.\d\d) tokens/forward · (.+)")
 LOOPBACK = {"127.0.0.1", "localhost"}
+PATIENCE_MS = PATIENCE_S * 1000
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (.ci/install_browser.sh)")
 pytest.importorskip("gradio", reason="gradio is not installed (.ci/install_browser.sh)")
@@ -47,7 +49,7 @@ if not Path(CHROMIUM).exists():
 
 
 
-def _wait_until_serving(server: subprocess.Popen, url: str, timeout: float = 60.0) -> None:
+def _wait_until_serving(server: subprocess.Popen, url: str, timeout: float = PATIENCE_S) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.poll() is not None:
@@ -104,7 +106,7 @@ def page(browser, demo_url):
     page = context.new_page()
     page.blocked = blocked
     page.goto(demo_url)
-    page.locator("#run").wait_for(timeout=30_000)
+    page.locator("#run").wait_for(timeout=PATIENCE_MS)
     yield page
     context.close()
 
@@ -124,7 +126,7 @@ def test_lossless_toggle_makes_both_sides_agree(page):
 def test_empty_prompt_gives_a_message_not_a_traceback(page):
     page.locator("#prompt textarea").fill("   ")
     page.locator("#run").click()
-    sync_api.expect(page.locator("#status")).to_contain_text("Type a prompt first", timeout=20_000)
+    sync_api.expect(page.locator("#status")).to_contain_text("Type a prompt first", timeout=PATIENCE_MS)
     assert "Traceback" not in page.content()
 
 
@@ -133,8 +135,8 @@ def _run(page, prompt: str | None = None) -> None:
     if prompt is not None:
         page.locator("#prompt textarea").fill(prompt)
     page.locator("#run").click()
-    sync_api.expect(page.locator("#status")).not_to_contain_text("Done", timeout=10_000)
-    sync_api.expect(page.locator("#status")).to_contain_text("Done", timeout=90_000)
+    sync_api.expect(page.locator("#status")).not_to_contain_text("Done", timeout=PATIENCE_MS)
+    sync_api.expect(page.locator("#status")).to_contain_text("Done", timeout=PATIENCE_MS)
 
 
 def test_page_says_what_wedlm_is_and_starts_from_the_checkpoint_defaults(page):
@@ -153,7 +155,7 @@ def test_choosing_another_model_resets_the_sliders_to_its_defaults(page, tmp_pat
     model = page.locator("#model input")
     model.fill(str(tiny))
     model.press("Enter")
-    sync_api.expect(page.locator("#defaults")).to_contain_text("library defaults", timeout=20_000)
+    sync_api.expect(page.locator("#defaults")).to_contain_text("library defaults", timeout=PATIENCE_MS)
     threshold = page.locator("#slider-entropy-threshold input[type=number]")
     sync_api.expect(threshold).to_have_value("0.4")
     assert page.locator("#slider-pos-penalty-factor input[type=number]").input_value() == "0.02"
@@ -198,7 +200,7 @@ def test_a_new_or_invalid_run_clears_the_last_output(page):
     assert _text(page, "#verdict") and page.locator("#step-view .wd-tok").count() > 0
     page.locator("#prompt textarea").fill("  ")
     page.locator("#run").click()
-    sync_api.expect(page.locator("#status")).to_contain_text("Type a prompt first", timeout=20_000)
+    sync_api.expect(page.locator("#status")).to_contain_text("Type a prompt first", timeout=PATIENCE_MS)
     for selector in ("#wedlm-output textarea", "#ar-output textarea"):
         assert page.locator(selector).input_value() == ""
     for selector in ("#wedlm-stats", "#ar-stats", "#verdict", "#step-view"):
@@ -210,7 +212,7 @@ def test_bad_model_gives_a_message(page, tmp_path):
     model.fill(str(tmp_path / "no-such-model"))
     model.press("Enter")
     page.locator("#run").click()
-    sync_api.expect(page.locator("#status")).to_contain_text("Could not load model", timeout=20_000)
+    sync_api.expect(page.locator("#status")).to_contain_text("Could not load model", timeout=PATIENCE_MS)
     assert "Traceback" not in page.content()
 
 
@@ -220,10 +222,10 @@ def test_stop_cancels_a_long_generation(page):
         number.fill(value)
         number.press("Enter")
     page.locator("#run").click()
-    sync_api.expect(page.locator("#wedlm-stats")).to_contain_text("running", timeout=20_000)
+    sync_api.expect(page.locator("#wedlm-stats")).to_contain_text("running", timeout=PATIENCE_MS)
     page.locator("#stop").click()
-    sync_api.expect(page.locator("#status")).to_contain_text("Stopped", timeout=10_000)
+    sync_api.expect(page.locator("#status")).to_contain_text("Stopped", timeout=PATIENCE_MS)
     assert "256 tokens" not in _text(page, "#ar-stats")
     page.locator("#prompt textarea").fill("1, 2,")  # the queue is free again: the next run finishes
     page.locator("#run").click()
-    sync_api.expect(page.locator("#status")).to_contain_text("Done", timeout=60_000)
+    sync_api.expect(page.locator("#status")).to_contain_text("Done", timeout=PATIENCE_MS)

@@ -20,6 +20,7 @@ from transformers import (
 )
 from transformers.generation import logits_process as lp
 from transformers.generation.streamers import BaseStreamer
+from patience import PATIENCE_S
 
 from tiny_models import EOS_ID, MASK_ID, PAD_ID, VOCAB, tiny_model
 import wedlm_hf
@@ -172,7 +173,7 @@ def test_text_streamers(model, tokenizer, capsys):
     model.generate(ids(tokenizer), streamer=TextStreamer(tokenizer, skip_prompt=True), **GREEDY)
     assert capsys.readouterr().out.strip() == expected.strip()
 
-    streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, timeout=60)
+    streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, timeout=PATIENCE_S)
     worker = threading.Thread(target=model.generate, kwargs=dict(inputs=ids(tokenizer), streamer=streamer, **GREEDY))
     worker.start()
     pieces = list(streamer)

@@ -19,6 +19,7 @@ from huggingface_hub import ModelCard
 from test_ecosystem import build_tokenizer
 from tiny_models import MASK_ID, tiny_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
+from patience import PATIENCE_S
 
 from wedlm_hf import enable
 from wedlm_hf.generation.transformers_version import TRANSFORMERS_REQUIREMENT, check_transformers_version
@@ -111,7 +112,7 @@ def test_exported_code_refuses_an_old_transformers_clearly(tmp_path, kind):
     env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "PYTHONPATH": str(REPO / "tests")}
     result = subprocess.run(
         [sys.executable, str(script), kind, str(folder)], cwd=tmp_path, env=env, capture_output=True, text=True,
-        timeout=300,
+        timeout=PATIENCE_S,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     last = result.stdout.strip().splitlines()[-1]

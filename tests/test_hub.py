@@ -10,6 +10,7 @@ import textwrap
 import pytest
 import torch
 from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from patience import PATIENCE_S
 
 import wedlm_hf.hub.push
 from test_ecosystem import RecordingStreamer, build_tokenizer
@@ -103,7 +104,7 @@ def test_exported_folder_runs_without_the_package(tmp_path):
     script.write_text(REMOTE_SCRIPT)
     result = subprocess.run(
         [sys.executable, str(script), str(tmp_path / "model"), str(tmp_path / "config")],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=PATIENCE_S,
     )
     assert result.returncode == 0 and result.stdout.strip(), result.stderr[-3000:]
     remote = json.loads(result.stdout.strip().splitlines()[-1])

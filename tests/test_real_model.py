@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, TextIteratorStreamer, pipeline
+from patience import PATIENCE_S
 
 import wedlm_hf
 from real_model import load_smollm2
@@ -218,7 +219,7 @@ def test_text_iterator_streamer(smollm2):
     model, tokenizer = smollm2
     inputs = encode(tokenizer, [chat_text(tokenizer, CHATS[1])])
     greedy = model.generate(**inputs, do_sample=False, max_new_tokens=NEW)
-    streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=120)
+    streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=PATIENCE_S)
     options = dict(**inputs, do_sample=False, max_new_tokens=NEW, streamer=streamer, **LOSSLESS)
     worker = threading.Thread(target=model.generate, kwargs=options)
     worker.start()

@@ -5,6 +5,7 @@ from transformers.cli.serving import model_manager
 from transformers.cli.serving import utils as serving_utils
 
 import json
+from patience import PATIENCE_S
 
 import transformers
 import wedlm_hf
@@ -28,7 +29,7 @@ def server():
     (timed_model,) = running._model_manager.loaded_models.values()
     forwards = []
     hook = timed_model.model.register_forward_hook(lambda module, args, output: forwards.append(1))
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", timeout=60, max_retries=0)
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", timeout=PATIENCE_S, max_retries=0)
     yield client, timed_model.model, forwards
     hook.remove()
     running.kill_server()

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 import transformers
+from patience import PATIENCE_S
 
 import wedlm_hf
 from local_server import start_server
@@ -37,7 +38,7 @@ def server():
 
     hook = timed_model.model.register_forward_pre_hook(fault, with_kwargs=True)
     base_url = f"http://127.0.0.1:{port}"
-    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", timeout=60, max_retries=0)
+    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", timeout=PATIENCE_S, max_retries=0)
     yield SimpleServer(client, base_url, timed_model.model, tokenizer, running)
     hook.remove()
     running.kill_server()
@@ -105,15 +106,15 @@ def test_streamed_chat_is_served(server):
 def test_client_disconnecting_mid_stream_frees_its_row(server):
     with ThreadPoolExecutor(1) as pool:
         other = pool.submit(complete, server, PROMPTS[0], 60, False)
-        with httpx.Client(timeout=60) as http:
+        with httpx.Client(timeout=PATIENCE_S) as http:
             body = {"model": MODEL, "prompt": PROMPTS[3], "max_tokens": 500, "stream": True}
             with http.stream("POST", f"{server.base_url}/v1/completions", json=body) as response:
                 next(response.iter_lines())  # the first chunk came: the request is decoding
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + PATIENCE_S
         while server.running_rows() > (0 if other.done() else 1):
             assert time.monotonic() < deadline, "the disconnected request kept its row"
             time.sleep(0.05)
-        text, _, _ = other.result(timeout=60)
+        text, _, _ = other.result(timeout=PATIENCE_S)
     assert text == server.lone(PROMPTS[0], 60)
 
 
@@ -130,7 +131,7 @@ def test_client_disconnecting_mid_stream_frees_its_row(server):
     ids=["bad-json", "unknown-model", "past-position-limit", "empty-prompt", "per-request-penalty", "per-request-ar"],
 )
 def test_malformed_requests_get_a_clear_4xx_and_the_server_keeps_serving(server, body, status, reason):
-    with httpx.Client(timeout=60) as http:
+    with httpx.Client(timeout=PATIENCE_S) as http:
         send = {"content": body, "headers": {"content-type": "application/json"}} if isinstance(body, str) else {}
         response = http.post(f"{server.base_url}/v1/completions", **(send or {"json": body}))
     assert response.status_code == status and reason in response.text
