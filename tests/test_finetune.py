@@ -2,6 +2,8 @@
 
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +18,7 @@ from transformers import (
     GenerationConfig,
     LlamaConfig,
     LlamaForCausalLM,
+    get_cosine_schedule_with_warmup,
 )
 
 import wedlm_hf
@@ -27,7 +30,10 @@ from wedlm_hf.loading import load_model_and_tokenizer, pretrained_path
 from wedlm_hf.training import DualStreamCollator
 
 CHAT = {"messages": [{"role": "user", "content": "count to five"}, {"role": "assistant", "content": "1, 2, 3, 4, 5"}]}
-FAST = dict(seq_len=48, block_size=16, batch_size=4, max_steps=24, warmup_steps=2, logging_steps=4, eval_steps=12, save_steps=12)
+FAST = dict(
+    seq_len=48, block_size=16, batch_size=4, max_steps=24, warmup_steps=2, logging_steps=4, eval_steps=12, save_steps=12,
+    evaluate=True, eval_repeats=1,  # 24 steps is a trial run: evaluated because asked to be; the timings are unused
+)
 
 
 @pytest.fixture(scope="module")
@@ -218,6 +224,12 @@ def test_cli_finetune_errors_are_one_line(tmp_path, tiny_llama, capsys):
     assert "not allowed with argument --plain" in capsys.readouterr().err
     assert wedlm_hf_cli([*draft_plain[:-1], "--whole-model", "--entropy-threshold", "-1"]) == 1
     assert "--entropy-threshold" in capsys.readouterr().err
+    for flags, message in ((["--warmup-steps", "-1"], "--warmup-steps must be"), (["--eval-repeats", "0"], "--eval-repeats must")):
+        assert wedlm_hf_cli([*draft_plain[:-1], *flags]) == 1
+        error = capsys.readouterr().err.strip()
+        assert "\n" not in error and message in error
+    assert wedlm_hf_cli([*draft_plain[:-1], "--evaluate", "--no-evaluate"]) == 1
+    assert "not allowed with argument --evaluate" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -226,7 +238,7 @@ def test_cli_finetune_errors_are_one_line(tmp_path, tiny_llama, capsys):
         (["--no-evaluate"], {"wedlm_lossless": True}, "not evaluated"),
         (["--no-evaluate", "--lossless"], {"wedlm_lossless": True}, "chosen by --lossless"),
         (
-            ["--plain", "--threshold", "0.6"],
+            ["--plain", "--threshold", "0.6", "--evaluate", "--eval-repeats", "1"],
             {"wedlm_lossless": False, "wedlm_prompt_lookup": False, "wedlm_entropy_threshold": 0.6},
             "chosen by --plain",
         ),
@@ -305,3 +317,85 @@ def test_lora_writes_a_draft_only_adapter_that_loads_three_ways_with_the_gate_on
         assert torch.equal(served(probe).logits, loaded(probe).logits)
         assert torch.equal(served.generate(**ids, max_new_tokens=12), greedy)  # its default: lossless WeDLM
     assert wedlm_hf_cli(["finetune", str(tiny_llama), "--data", str(counting_data), "--output-dir", "o", "--lora-r", "4", "--merge"]) == 1
+
+
+def printed_details(out: str) -> list[Path]:
+    """The files the closing line says the run wrote beside the model."""
+    [line] = [line for line in out.splitlines() if line.startswith("wrote ")]
+    return [Path(path) for path in line.split("; details: ")[1].split(", ")]
+
+
+SMOKE = re.compile(r"^<!-- smoke -->\n```bash\n(.*?)^```", flags=re.MULTILINE | re.DOTALL)
+
+
+def test_the_documented_smoke_recipe_runs_skips_the_evaluation_and_names_what_it_wrote(tmp_path, monkeypatch, capsys, caplog):
+    """docs/finetune.md's first try, as documented: the data line, then `finetune` on the embedded checkpoint. A
+    5-step run is a trial: the evaluation is skipped in one line saying how to force it, the default decoding is
+    lossless, and the closing line names only files that exist."""
+    make_data, command = SMOKE.search((Path(__file__).parents[1] / "docs" / "finetune.md").read_text()).group(1).splitlines()
+    monkeypatch.chdir(tmp_path)
+    assert make_data.startswith("python ")
+    subprocess.run(sys.executable + make_data[len("python"):], shell=True, check=True)
+    environment, program, *argv = shlex.split(command)
+    assert (environment, program) == ("OMP_NUM_THREADS=1", "wedlm-hf") and "--evaluate" not in argv
+    assert wedlm_hf_cli(argv) == 0
+    out = capsys.readouterr().out
+    skipped = [record.getMessage() for record in caplog.records if "evaluation skipped" in record.getMessage()]
+    assert len(skipped) == 1 and "--evaluate" in skipped[0] and "fewer than 50" in skipped[0]
+    output = tmp_path / argv[argv.index("--output-dir") + 1]
+    summary = json.loads((output / "finetune_summary.json").read_text())
+    assert summary["steps"] == 5 and "evaluation" not in summary
+    assert summary["default_decoding"]["keywords"] == {"wedlm_lossless": True} == written_default(output, {"wedlm_lossless": True})
+    details = printed_details(out)
+    assert [path.name for path in details] == ["finetune_summary.json", "README.md"]
+    assert all((tmp_path / path).is_file() for path in details) and not (output / "evaluation.md").exists()
+    assert AutoModelForCausalLM.from_pretrained(output).generation_config.decoding == "wedlm"
+
+
+def test_short_run_evaluates_when_asked_with_its_repeats_and_a_progress_bar(tiny_llama, counting_data, tmp_path, capsys, caplog):
+    """`--evaluate` forces the evaluation after 2 steps; `--eval-repeats 1` sizes it; a tqdm bar on stderr counts
+    every decode (a warm-up per decoding, then per prompt an instrumented pass and one timed repeat) to its end; the
+    closing line names the evaluation's files, which exist."""
+    output = tmp_path / "out"
+    argv = [
+        "finetune", str(tiny_llama), "--data", str(counting_data), "--output-dir", str(output), "--seq-len", "48",
+        "--block-size", "16", "--max-steps", "2", "--save-steps", "2", "--evaluate", "--eval-repeats", "1",
+    ]
+    assert wedlm_hf_cli(argv) == 0
+    captured = capsys.readouterr()
+    assert not [record for record in caplog.records if "evaluation skipped" in record.getMessage()]
+    summary = json.loads((output / "finetune_summary.json").read_text())
+    assert summary["evaluation"]["settings"]["repeats"] == 1
+    prompts = {row["domain"]: row["prompts"] for row in summary["evaluation"]["rows"]}  # a row per domain and decoding
+    decodings = len(summary["evaluation"]["rows"]) // len(prompts)
+    total = sum(decodings * (1 + count * 2) for count in prompts.values())
+    assert re.search(rf"evaluate held-out \w+: 100%\|.*\| {total}/{total} ", captured.err.replace("\r", "\n"))
+    details = printed_details(captured.out)
+    assert [path.name for path in details] == ["finetune_summary.json", "README.md", "evaluation.md", "evaluation.json"]
+    assert all(path.is_file() for path in details)
+
+
+@pytest.mark.parametrize(
+    "flags, warmup, rates",
+    [([], 1, [0.0, 1.0, 0.5]), (["--warmup-steps", "10"], 2, [0.0, 0.5, 1.0])],
+    ids=["default-share", "clipped"],
+)
+def test_warmup_fits_the_run_and_the_logged_learning_rate_reaches_its_peak(
+    tiny_llama, counting_data, tmp_path, caplog, flags, warmup, rates
+):
+    """3 steps: the default warm-up (a tenth of the run) is 1 step; 10 steps is clipped to 2 with one warning line.
+    The rates `Trainer` logs are transformers' cosine-with-warm-up schedule at that warm-up, reaching the peak."""
+    output = tmp_path / "out"
+    argv = [
+        "finetune", str(tiny_llama), "--data", str(counting_data), "--output-dir", str(output), "--seq-len", "48",
+        "--block-size", "16", "--max-steps", "3", "--save-steps", "3", "--logging-steps", "1", "--learning-rate", "1e-3",
+        "--no-evaluate", *flags,
+    ]
+    assert wedlm_hf_cli(argv) == 0
+    warned = [record.getMessage() for record in caplog.records if "--warmup-steps" in record.getMessage()]
+    assert len(warned) == len(flags) // 2 and all("the warm-up is 2 steps" in line for line in warned)
+    history = json.loads((output / "checkpoint-3" / "trainer_state.json").read_text())["log_history"]
+    logged = [entry["learning_rate"] for entry in history if "learning_rate" in entry]
+    schedule = get_cosine_schedule_with_warmup(torch.optim.SGD([torch.zeros(1)], lr=1e-3), warmup, 3).lr_lambdas[0]
+    assert [schedule(step) for step in range(3)] == pytest.approx(rates)
+    assert logged == pytest.approx([1e-3 * rate for rate in rates]) and max(logged) == pytest.approx(1e-3)

@@ -5,10 +5,11 @@ Multi-process runs are `Trainer`'s: `torchrun --nproc_per_node 2 -m wedlm_hf.cli
 """
 
 import argparse
-import logging
+from pathlib import Path
 
 from ..evaluation.default_decoding import DefaultDecoding
 from ..evaluation.report import GREEDY
+from ..finetune.card import MIN_EVALUATED_STEPS
 from ..finetune.recipe import FinetuneOptions
 from ..loading.names import MODEL_HELP
 from .options import add_field_arguments, add_written_arguments, field_values
@@ -28,7 +29,7 @@ HELP = {  # one flag per `FinetuneOptions` field named here; the written options
     "gradient_accumulation_steps": "steps whose gradients add up before each update",
     "max_steps": "optimizer steps (the cosine schedule's length)",
     "minutes": "stop after this many minutes (saving first), even before --max-steps",
-    "warmup_steps": "linear warm-up steps",
+    "warmup_steps": "linear warm-up: steps, or below 1 a share of --max-steps (0.1: 10 of 100 steps); one as long as the run is shortened to --max-steps - 1, with a warning, so the learning rate reaches its peak",
     "eval_share": "share of the rows held out for the eval loss",
     "eval_steps": "steps between eval-loss evaluations",
     "save_steps": "steps between checkpoints (resumable with --resume)",
@@ -37,6 +38,7 @@ HELP = {  # one flag per `FinetuneOptions` field named here; the written options
     "gradient_checkpointing": "recompute activations in the backward pass: less memory, slower",
     "resume": "continue from the newest checkpoint in --output-dir",
     "seed": "seed of the data split, masking and initialisation",
+    "eval_repeats": "timed repeats per decoding in the end-of-run evaluation (speeds are their median; 1 runs half the decodes of 3)",
     "eval_prompts": "JSONL of held-out prompts for the end-of-run evaluation (default: the data's held-out rows)",
     "chat_prompts": "JSONL of general chat prompts: report the greedy drift from the base model on them",
 }
@@ -51,38 +53,37 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_written_arguments(parser, "the output's generation config")
     add("--deepspeed", help="a DeepSpeed config file, as for any Trainer job")
     add("--fsdp", help="FSDP options, as TrainingArguments' `fsdp` (e.g. 'full_shard auto_wrap')")
-    add("--no-evaluate", action="store_true", help="skip the before/after decoding evaluation at the end")
+    evaluate = parser.add_mutually_exclusive_group()
+    evaluate.add_argument(
+        "--evaluate", action="store_const", const=True, default=None,
+        help=f"run the end-of-run decoding evaluation, also after fewer than {MIN_EVALUATED_STEPS} steps (default: only "
+        f"after {MIN_EVALUATED_STEPS} or more: a shorter run is a trial, whose model has barely moved, and the "
+        "evaluation's minutes do not shrink with the run)",
+    )
+    evaluate.add_argument(
+        "--no-evaluate", dest="evaluate", action="store_const", const=False,
+        help="skip the end-of-run decoding evaluation (the default decoding written is then lossless)",
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..finetune.recipe import finetune
 
-    values = field_values(args, FinetuneOptions, exclude=("trainer_arguments", "evaluate"))
-    values["evaluate"] = not args.no_evaluate
+    values = field_values(args, FinetuneOptions, exclude=("trainer_arguments",))
     passed = {name: getattr(args, name) for name in ("deepspeed", "fsdp") if getattr(args, name)}
-    show_progress("wedlm_hf.evaluation")
     summary = finetune(args.model, args.data, args.output_dir, FinetuneOptions(**values, trainer_arguments=passed))
     if "written" in summary:  # the main process wrote the output; the others have nothing to add
         print("\n".join(summary_lines(summary, args.output_dir)))
     return 0
 
 
-def show_progress(logger_name: str) -> None:
-    """Print the library's progress lines (the end-of-run evaluation takes minutes) to stderr, as they come."""
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    logger = logging.getLogger(logger_name)
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-
-
 WRITTEN = {"draft-only adapter": "a draft-only adapter", "adapter": "an adapter", "model": "the model"}
 
 
 def summary_lines(summary: dict, output_dir: str) -> list[str]:
-    """A few lines: the run, where it wrote what, and per evaluated domain lossless and plain WeDLM's tokens per
-    forward (the whole summary is in finetune_summary.json)."""
+    """A few lines: the run, where it wrote what (only files it wrote), and per evaluated domain lossless and plain
+    WeDLM's tokens per forward (the whole summary is in finetune_summary.json)."""
     before = (summary.get("eval_before") or {}).get("eval_loss")
     after = summary["eval"].get("eval_loss")
     losses = f"train loss {summary['train_loss']:.3f}"
@@ -90,8 +91,8 @@ def summary_lines(summary: dict, output_dir: str) -> list[str]:
         losses += f", eval loss {before:.3f} -> {after:.3f}"
     lines = [
         f"{summary['steps']} steps, {summary['tokens_seen']} tokens, {summary['wall_seconds']} s: {losses}",
-        f"wrote {WRITTEN[summary['written']]} to {output_dir} "
-        "(details: finetune_summary.json, evaluation.md)",
+        f"wrote {WRITTEN[summary['written']]} to {output_dir}; details: "
+        + ", ".join(str(Path(output_dir) / name) for name in summary["details"]),
         "default decoding: " + DefaultDecoding(**summary["default_decoding"]).sentence(),
     ]
     rows = (summary.get("evaluation") or {}).get("rows", [])

@@ -8,10 +8,10 @@ take) and greedily with a base model: fine-tuning for parallel decoding should n
 elsewhere, and a draft-only adapter must change nothing at all.
 """
 
-import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
+from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..bench.arms import Arm
@@ -20,9 +20,6 @@ from ..bench.runner import BASELINE, ArmResult, BenchConfig, agreement, bench_pr
 from ..enabling import enable
 from .prompts import EvalPrompt, as_prompts
 from .report import GREEDY, LOSSLESS, LOSSLESS_LOOKUP, DecodingRow, Drift, EvaluationReport, plain_name
-
-logger = logging.getLogger(__name__)
-"""Progress, one line per domain: an evaluation takes minutes on CPU (commands show it; the library stays quiet)."""
 
 DEFAULT_THRESHOLDS = (0.2, 0.4, 0.8)
 """Entropy thresholds of plain WeDLM: a strict, a middle and a loose one (the issue's 0.4 in the middle)."""
@@ -60,6 +57,7 @@ def evaluate_model(
     thresholds: Iterable[float] = DEFAULT_THRESHOLDS,
     max_new_tokens: int = 64,
     repeats: int = 3,
+    progress: bool = False,
 ) -> EvaluationReport:
     """Measure WeDLM decoding of `model` on `prompts` (grouped by their domain) and, given `base_model` and
     `chat_prompts`, its greedy drift from the base model; see the module docstring and docs/evaluation.md.
@@ -68,7 +66,8 @@ def evaluate_model(
     one both hold token i and it is the same, divided by the longer continuation's length; rows report the mean
     over prompts. `identical` is the share of prompts whose continuation equals the greedy one exactly.
     `model` (and `base_model`) are WeDLM-enabled in place if they are not yet; `base_tokenizer` defaults to
-    `tokenizer` and must encode the chat prompts to the same ids (token ids are what is compared).
+    `tokenizer` and must encode the chat prompts to the same ids (token ids are what is compared). `progress` shows
+    a bar of decodes on stderr: an evaluation takes minutes on a CPU.
     """
     if max_new_tokens < 1 or repeats < 1:
         raise ValueError(f"max_new_tokens ({max_new_tokens}) and repeats ({repeats}) must be at least 1")
@@ -80,14 +79,20 @@ def evaluate_model(
     model = enable(model)
     arms = decoding_arms(thresholds)
     config = BenchConfig(max_new_tokens=max_new_tokens, repeats=repeats, thresholds=thresholds)
-    rows = []
-    for domain, ids in by_domain(as_prompts(prompts), tokenizer).items():
-        logger.info(f"evaluating {domain!r}: {len(ids)} prompts, {len(arms)} decodings, {repeats} timed repeats")
-        rows += [to_row(domain, len(ids), result) for result in bench_prompt_set(model, arms, ids, config)]
-    drift = None
-    if base_model is not None:
-        logger.info("measuring greedy drift from the base model on the chat prompts")
-        drift = greedy_drift(model, enable(base_model), tokenizer, base_tokenizer or tokenizer, chat_prompts, max_new_tokens)
+    domains = by_domain(as_prompts(prompts), tokenizer)
+    chats = None if chat_prompts is None else as_prompts(chat_prompts)
+    # bench_prompt_set's decodes: a warm-up per arm, then per prompt an instrumented pass and the timed repeats
+    total = sum(len(arms) * (1 + len(ids) * (1 + repeats)) for ids in domains.values()) + 2 * len(chats or ())
+    rows, drift = [], None
+    with tqdm(total=total, desc="evaluate", unit="decode", disable=not progress) as bar:
+        for domain, ids in domains.items():
+            bar.set_description(f"evaluate {domain}")
+            rows += [to_row(domain, len(ids), result) for result in bench_prompt_set(model, arms, ids, config, bar.update)]
+        if base_model is not None:
+            bar.set_description("evaluate chat drift")
+            drift = greedy_drift(
+                model, enable(base_model), tokenizer, base_tokenizer or tokenizer, chats, max_new_tokens, bar.update
+            )
     settings = {"max_new_tokens": max_new_tokens, "repeats": repeats, "thresholds": list(thresholds)}
     return EvaluationReport(settings=settings, machine=machine_info(), rows=rows, drift=drift)
 
@@ -125,9 +130,10 @@ def greedy_drift(
     base_tokenizer: PreTrainedTokenizerBase,
     chat_prompts: Iterable[EvalPrompt | str],
     max_new_tokens: int,
+    tick: Callable[[int], object] = lambda decodes: None,
 ) -> Drift:
     """How many lossless continuations of `model` differ from `base_model`'s greedy ones, and their mean token
-    match."""
+    match; `tick(2)` after each prompt's two decodes."""
     greedy, lossless, _ = decoding_arms(())
     ours, theirs, continuations = [], [], []
     for prompt in as_prompts(chat_prompts):
@@ -148,6 +154,7 @@ def greedy_drift(
                 "token_match": agreement([ours[-1]], [theirs[-1]])[1],
             }
         )
+        tick(2)
     changed = sum(a != b for a, b in zip(ours, theirs))
     token_match = agreement(ours, theirs)[1]
     return Drift(prompts=len(ours), changed=changed, token_match=token_match, continuations=continuations)

@@ -3,7 +3,8 @@ model card beside the output.
 
 Evaluation prompts default to the run's held-out rows (the first half of each text row; a chat's prompt turns), so
 every run reports how much faster its own domain decodes, without a prompt file. Drift is measured when chat
-prompts are given: the adapted model's greedy answers against the base model's.
+prompts are given: the adapted model's greedy answers against the base model's. A trial run shorter than
+`MIN_EVALUATED_STEPS` is not evaluated unless asked to be.
 """
 
 import json
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import torch
 from transformers import PreTrainedTokenizerBase
+from transformers.utils import logging
 
 from ..evaluation import EvalPrompt, EvaluationReport, evaluate_model, read_prompts
 from ..evaluation.default_decoding import (
@@ -22,7 +24,38 @@ from ..evaluation.default_decoding import (
 )
 from ..loading import load_model_and_tokenizer
 
+logger = logging.get_logger(__name__)
+
 HELD_OUT = "held-out"
+
+SUMMARY, MODEL_CARD, EVALUATION_MARKDOWN, EVALUATION_JSON = (
+    "finetune_summary.json", "README.md", "evaluation.md", "evaluation.json"
+)
+"""The files a run writes beside the model: always the first two, the evaluation's when it ran."""
+
+
+def details(report: EvaluationReport | None) -> list[str]:
+    """The files written beside the model: the summary and the model card, and the evaluation's if it ran."""
+    return [SUMMARY, MODEL_CARD] + ([] if report is None else [EVALUATION_MARKDOWN, EVALUATION_JSON])
+
+MIN_EVALUATED_STEPS = 50
+"""Runs of fewer optimizer steps skip the end-of-run evaluation unless it is asked for: such a run (under half the
+default `max_steps`, shorter than the default `eval_steps` interval) is a trial of the set-up, whose model has
+barely left its starting point, while the evaluation costs the same whatever the run's length (every prompt through
+six decodings, four passes each): it would measure the starting model, for longer than the run trained it."""
+
+
+def should_evaluate(evaluate: bool | None, steps: int) -> bool:
+    """`evaluate` as given; None: only after `MIN_EVALUATED_STEPS` steps, saying in one line when it is skipped."""
+    if evaluate is not None:
+        return evaluate
+    if steps >= MIN_EVALUATED_STEPS:
+        return True
+    logger.warning(
+        f"end-of-run evaluation skipped: {steps} steps is a trial run (fewer than {MIN_EVALUATED_STEPS}); "
+        "--evaluate (FinetuneOptions(evaluate=True)) runs it anyway"
+    )
+    return False
 
 
 def held_out_prompts(rows: list[dict], tokenizer: PreTrainedTokenizerBase, count: int = 8) -> list[EvalPrompt]:
@@ -44,9 +77,11 @@ def evaluate_output(
     chat_prompts: str | None,
     threshold: float | None = None,
     max_new_tokens: int = 48,
+    repeats: int = 3,
+    progress: bool = True,
 ) -> EvaluationReport:
-    """Evaluate the written output against its base, plain WeDLM at the user's `threshold` alone if given; the
-    report is written as evaluation.json / evaluation.md."""
+    """Evaluate the written output against its base, plain WeDLM at the user's `threshold` alone if given, with
+    `repeats` timed repeats (and a progress bar); the report is written as evaluation.json / evaluation.md."""
     model, tokenizer = load_model_and_tokenizer(output_dir, dtype=torch.float32)
     extra = {}
     if chat_prompts:
@@ -54,9 +89,12 @@ def evaluate_output(
         extra = dict(base_model=base, base_tokenizer=base_tokenizer, chat_prompts=read_prompts(chat_prompts))
     thresholds = evaluated_thresholds(threshold)
     with torch.inference_mode():
-        report = evaluate_model(model, tokenizer, prompts, thresholds=thresholds, max_new_tokens=max_new_tokens, **extra)
-    report.write_json(Path(output_dir) / "evaluation.json")
-    (Path(output_dir) / "evaluation.md").write_text(report.markdown())
+        report = evaluate_model(
+            model, tokenizer, prompts, thresholds=thresholds, max_new_tokens=max_new_tokens, repeats=repeats,
+            progress=progress, **extra,
+        )
+    report.write_json(Path(output_dir) / EVALUATION_JSON)
+    (Path(output_dir) / EVALUATION_MARKDOWN).write_text(report.markdown())
     return report
 
 
@@ -120,7 +158,7 @@ def write_model_card(output_dir: str, summary: dict, report: EvaluationReport | 
     lines += ["## Default decoding", "", decoding.sentence() + ".", ""]
     if report is not None:
         lines += ["## Evaluation", "", report.markdown()]
-    (Path(output_dir) / "README.md").write_text("\n".join(lines))
+    (Path(output_dir) / MODEL_CARD).write_text("\n".join(lines))
 
 
 def _loss(metrics: dict | None) -> str:
@@ -128,4 +166,4 @@ def _loss(metrics: dict | None) -> str:
 
 
 def write_summary(output_dir: str, summary: dict) -> None:
-    (Path(output_dir) / "finetune_summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    (Path(output_dir) / SUMMARY).write_text(json.dumps(summary, indent=2, default=str))

@@ -13,8 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
-from transformers import GenerationConfig, PreTrainedTokenizerBase, TrainerCallback, TrainingArguments
-from transformers.utils import logging
+from transformers import GenerationConfig, PreTrainedTokenizerBase, TrainingArguments
 
 from ..evaluation import read_prompts
 from ..evaluation.default_decoding import write_default_decoding
@@ -23,12 +22,12 @@ from ..loading import load_model_and_tokenizer
 from ..draft_adapter import MERGE_REFUSED
 from ..training.draft_objective import draft_only_forward
 from ..training.objective import DualStreamCollator, WeDLMTrainer, dual_stream_forward
-from .card import default_decoding, evaluate_output, held_out_prompts, write_model_card, write_summary
+from .card import default_decoding, details, evaluate_output, held_out_prompts, should_evaluate, write_model_card
+from .card import write_summary
 from .data import RowDataset, build_rows, read_records
 from .adapters import with_draft_only_lora, with_lora
 from .mask_token import ensure_mask_token
-
-logger = logging.get_logger(__name__)
+from .schedule import TimeLimit, fit_warmup
 
 
 @dataclass
@@ -57,7 +56,9 @@ class FinetuneOptions:
     gradient_accumulation_steps: int = 1
     max_steps: int = 100
     minutes: float | None = None
-    warmup_steps: int = 10
+    warmup_steps: float = 0.1
+    """Linear warm-up, as `TrainingArguments.warmup_steps`: a step count, or below 1 a share of `max_steps` (0.1: 10
+    steps of the default 100, and never the whole of a short run); one that would last the whole run is shortened."""
     eval_share: float = 0.05
     eval_steps: int = 50
     save_steps: int = 50
@@ -76,8 +77,11 @@ class FinetuneOptions:
     its own mask predictions); None: the one the end-of-run evaluation shows right
     (`wedlm_hf.evaluation.choose_default_decoding`), lossless when not evaluated. A draft-only adapter is always
     lossless: that is what keeps the base model's output."""
-    evaluate: bool = True
-    """Run the before/after decoding evaluation at the end (on `eval_prompts`, else the held-out rows)."""
+    evaluate: bool | None = None
+    """Run the decoding evaluation at the end (on `eval_prompts`, else the held-out rows); None: only if the run made
+    at least `card.MIN_EVALUATED_STEPS` steps (a shorter one is a trial of the set-up)."""
+    eval_repeats: int = 3
+    """Timed repeats per decoding in that evaluation (speeds are their median); 1 runs half the decodes 3 runs."""
     eval_prompts: str | None = None
     chat_prompts: str | None = None
     """JSONL of general chat prompts: measure the adapted model's greedy drift from the base model on them."""
@@ -144,13 +148,17 @@ def finetune(model_name: str, data: str, output_dir: str, options: FinetuneOptio
         provisional = replace(options, lossless=options.lossless is not False)
         summary["written"] = save_output(trainer.model, tokenizer, output_dir, provisional, mask_id)
         report = None
-        if options.evaluate:
+        if should_evaluate(options.evaluate, trainer.state.global_step):
             prompts = read_prompts(options.eval_prompts) if options.eval_prompts else held_out_prompts(eval_rows, tokenizer)
-            report = evaluate_output(output_dir, model_name, prompts, options.chat_prompts, options.entropy_threshold)
+            report = evaluate_output(
+                output_dir, model_name, prompts, options.chat_prompts, options.entropy_threshold,
+                repeats=options.eval_repeats, progress=not trainer.args.disable_tqdm,
+            )
             summary["evaluation"] = report.to_dict()
         decoding = default_decoding(options.lossless, options.entropy_threshold, report, is_draft_only(options))
         write_default_decoding(output_dir, decoding)
         summary["default_decoding"] = decoding.to_dict()
+        summary["details"] = details(report)
         write_summary(output_dir, summary)
         write_model_card(output_dir, summary, report)
     return summary
@@ -158,7 +166,7 @@ def finetune(model_name: str, data: str, output_dir: str, options: FinetuneOptio
 
 def check_options(options: FinetuneOptions) -> None:
     """Bad values fail here, naming the option, not deep inside `Trainer` or the collator."""
-    positive = ("seq_len", "block_size", "batch_size", "gradient_accumulation_steps", "max_steps")
+    positive = ("seq_len", "block_size", "batch_size", "gradient_accumulation_steps", "max_steps", "eval_repeats")
     for name in positive:
         if getattr(options, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(options, name)}")
@@ -190,6 +198,8 @@ def check_options(options: FinetuneOptions) -> None:
                 "--gradient-checkpointing: a draft-only adapter's memory stream runs without autograd and hands its "
                 "K/V to the prediction stream as a cache, which checkpointing drops; drop it, or pass --whole-model"
             )
+    if options.warmup_steps < 0:
+        raise ValueError(f"--warmup-steps must be a step count or a share of --max-steps below 1, got {options.warmup_steps}")
     if not 0 <= options.eval_share < 1:
         raise ValueError(f"--eval-share must be in [0, 1), got {options.eval_share}")
     for name in ("eval_prompts", "chat_prompts"):
@@ -242,21 +252,9 @@ def training_arguments(options: FinetuneOptions, output_dir: str) -> TrainingArg
         disable_tqdm=False,
     )
     arguments.update(options.trainer_arguments)
-    return TrainingArguments(**arguments)
-
-
-class TimeLimit(TrainerCallback):
-    """Stops training (with a final save) once `minutes` have passed: a fixed budget on a shared machine."""
-
-    def __init__(self, minutes: float):
-        self.seconds = minutes * 60
-        self.started = time.perf_counter()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if time.perf_counter() - self.started >= self.seconds:
-            control.should_training_stop = True
-            control.should_save = True
-        return control
+    args = TrainingArguments(**arguments)
+    fit_warmup(args)
+    return args
 
 
 def save_output(model, tokenizer: PreTrainedTokenizerBase, output_dir: str, options: FinetuneOptions, mask_id: int) -> str:
