@@ -12,7 +12,12 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 
 SUBCOMMANDS = {  # name: (module, one-line help, the extra that installs its optional dependencies)
-    "generate": ("wedlm_hf.commands.generate", "generate a continuation with WeDLM decoding and print its stats", None),
+    "generate": (
+        "wedlm_hf.commands.generate",
+        "generate a continuation with WeDLM decoding and print its stats; batch jobs: generate --input rows.jsonl "
+        "--output out.jsonl",
+        None,
+    ),
     "serve": ("wedlm_hf.commands.serve", "serve a model with `transformers serve` (OpenAI API), WeDLM decoding", "serve"),
     "bench": ("wedlm_hf.commands.bench", "benchmark WeDLM against AR, prompt lookup and the baselines", "bench"),
     "demo": ("wedlm_hf.commands.demo", "browser demo: WeDLM and AR side by side, with the step view", "demo"),
@@ -159,6 +164,10 @@ def main(argv: list[str] | None = None) -> int:
         args, extras = parser.parse_known_args(argv)
         if extras:
             refuse_extras(parser, extras)
+        if hasattr(args, "threads"):  # a command that runs a model: its threads are set before anything loads
+            from wedlm_hf.commands.placement import apply_threads
+
+            apply_threads(args)
         return int(args.run(args) or 0)
     except KeyboardInterrupt:
         print("wedlm-hf: interrupted", file=sys.stderr)

@@ -141,12 +141,13 @@ def test_package_imports_have_no_cycle():
 
 def test_every_command_lives_in_commands():
     """One place for commands: each `wedlm-hf` subcommand is a module of `wedlm_hf/commands/` (arguments and
-    output; the logic in the library), and every module there but the shared options is a subcommand."""
+    output; the logic in the library), and every module there but the shared flags (options, placement) is a
+    subcommand."""
     from wedlm_hf_cli import SUBCOMMANDS
 
     modules = {name: module for name, (module, _help, _extra) in SUBCOMMANDS.items()}
     assert all(module == f"wedlm_hf.commands.{name}" for name, module in modules.items()), modules
-    files = {path.stem for path in (PACKAGE / "commands").glob("*.py")} - {"__init__", "options"}
+    files = {path.stem for path in (PACKAGE / "commands").glob("*.py")} - {"__init__", "options", "placement"}
     assert files - set(SUBCOMMANDS) == {"generate_batch"}  # `generate --input`, a mode of `generate`
 
 

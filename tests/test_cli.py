@@ -1,6 +1,7 @@
 """`wedlm-hf`: options of `generate`, `--help` without torch, and one-line errors from every subcommand."""
 
 import argparse
+import importlib
 import io
 import os
 import subprocess
@@ -8,10 +9,12 @@ import sys
 from importlib.metadata import version
 
 import pytest
+import torch
 from transformers.cli.serving import model_manager
 
 import wedlm_hf
 from wedlm_hf.commands.generate import read_prompt
+from wedlm_hf.commands.placement import default_threads
 from wedlm_hf_cli import SUBCOMMANDS, main
 
 PROMPT = "1, 2, 3, 4,"
@@ -69,7 +72,9 @@ def test_prompt_escapes_stdin_and_file(tmp_path, monkeypatch):
 
     assert read_prompt(namespace(r"def f():\n\treturn 1 \\n")) == "def f():\n\treturn 1 \\n"
     monkeypatch.setattr(sys, "stdin", io.StringIO("a\\nb\n"))
-    assert read_prompt(namespace("-")) == "a\\nb\n"  # standard input is taken as is
+    assert read_prompt(namespace("-")) == "a\\nb"  # as is, but for the newline `echo` ends it with
+    monkeypatch.setattr(sys, "stdin", io.StringIO("def f():\n\n"))
+    assert read_prompt(namespace("-")) == "def f():\n"  # one newline only
     (tmp_path / "prompt.txt").write_text("x = 1\n")
     assert read_prompt(namespace(None, tmp_path / "prompt.txt")) == "x = 1\n"
 
@@ -79,6 +84,41 @@ def test_stdin_prompt_gives_the_argument_prompt_output(capsys, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO(PROMPT))
     assert generate(capsys, "-", "--max-new-tokens", "12")[0] == expected[0]
     assert expected[1].startswith("[wedlm] tokens=12")
+
+
+def test_echo_into_stdin_gives_the_argument_prompt_output(capsys):
+    expected = generate(capsys, PROMPT, "--max-new-tokens", "6")
+    result = subprocess.run(
+        f"echo '{PROMPT}' | {sys.executable} -m wedlm_hf.cli generate - --max-new-tokens 6",
+        shell=True, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.rsplit("\n", 2)[0] == expected[0]
+
+
+@pytest.mark.parametrize("mode", [[], ["--ar"]])
+def test_stats_line_ends_with_why_decoding_stopped(mode, capsys):
+    # the embedded tokenizer writes a newline and the indentation after it as one token: after the bare newline
+    # token the model ends the text at once, which the stats line now says
+    text, stats = generate(capsys, r"def fib(n):\n", *mode)
+    assert text == "" and " tokens=1 " in stats and stats.endswith(" finish_reason=eos"), stats
+    text, stats = generate(capsys, r"def fib(n):\n    ", "--max-new-tokens", "5", *mode)
+    assert " tokens=5 " in stats and stats.endswith(" finish_reason=length"), stats
+
+
+def test_a_device_this_machine_lacks_is_one_line_naming_cpu(capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    (tmp_path / "in.jsonl").write_text('{"prompt": "x"}\n')
+    batch = ["--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.jsonl")]
+    for argv, line in [
+        (["generate", "x", "--device", "cuda"], "--device cuda: this torch has no CUDA or sees no CUDA device; use --device cpu"),
+        (["generate", "x", "--device", "mps"], "--device mps: Apple's MPS backend is not available on this machine; use --device cpu"),
+        (["generate", *batch, "--device", "cuda:0"], "--device cuda:0: this torch has no CUDA"),
+        (["serve", "--device", "cuda", "--port", "1"], "--device cuda: this torch has no CUDA"),
+    ]:
+        code, _, err = run_cli(capsys, *argv)
+        assert code == 1 and err.startswith(f"wedlm-hf {argv[0]}: error: {line}") and err.count("\n") == 1, err
 
 
 def test_lossless_equals_ar_and_stream_equals_print(capsys):
@@ -132,6 +172,60 @@ def test_seeded_sampling_and_placement(capsys):
     assert stats.startswith("[wedlm] tokens=8")
 
 
+MODEL_COMMANDS = {  # every command that runs a model, with the arguments it cannot do without
+    "generate": ["x"],
+    "generate --input": ["--input", "in.jsonl", "--output", "out.jsonl"],
+    "serve": [],
+    "demo": [],
+    "bench": [],
+    "evaluate": [],
+    "train": [],
+    "finetune": ["model", "--data", "rows.jsonl", "--output-dir", "out"],
+}
+
+
+@pytest.fixture
+def threads_seen(monkeypatch):
+    """Runs a command whose `run` only records torch's thread count (and `args.threads`) when it is called."""
+    original = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+
+    def seen(command: str, *flags: str) -> tuple[int, int]:
+        name = command.split()[0]
+        calls = []
+        module = importlib.import_module(SUBCOMMANDS[name][0])
+        monkeypatch.setattr(module, "run", lambda args: calls.append((torch.get_num_threads(), args.threads)))
+        torch.set_num_threads(7)  # neither the rule's value nor any the tests pass
+        assert main([name, *MODEL_COMMANDS[command], *flags]) == 0
+        return calls[0]
+
+    yield seen
+    torch.set_num_threads(original)
+
+
+@pytest.mark.parametrize("command", list(MODEL_COMMANDS))
+def test_threads_reach_torch_in_every_model_command(command, threads_seen, monkeypatch):
+    assert threads_seen(command, "--threads", "3") == (3, 3)
+    assert threads_seen(command) == (default_threads(), default_threads())
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the user's own setting wins over the default rule
+    assert threads_seen(command) == (2, 2)
+    assert threads_seen(command, "--threads", "1") == (1, 1)  # and the flag over it
+
+
+def test_default_threads_leave_half_the_cores_and_at_most_four(monkeypatch):
+    assert [default_threads(cores) for cores in (1, 2, 3, 4, 8, 32, 128)] == [1, 1, 1, 2, 4, 4, 4]
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(6)), raising=False)
+    assert default_threads() == 3  # the cores this process may use, not the machine's
+
+
+def test_bad_omp_num_threads_is_one_line(threads_seen, monkeypatch, capsys):
+    monkeypatch.setenv("OMP_NUM_THREADS", "many")
+    code, _, err = run_cli(capsys, "generate", "x")
+    assert code == 1
+    assert err == "wedlm-hf generate: error: OMP_NUM_THREADS must be an integer >= 1; got 'many': fix or unset it, " \
+        "or pass --threads N\n"
+
+
 @pytest.fixture
 def exported(tmp_path, capsys):
     assert main(["export", str(tmp_path / "export"), "--config", "WeDLM-7B-Base"]) == 0
@@ -151,6 +245,9 @@ USER_ERRORS = [
     (["generate", "x", "--ar", "--threshold", "0.3"], "--ar turns off"),
     (["generate", "x", "--model", "/no/such/model"], "no such folder"),
     (["generate", "x", "--device", "nowhere"], "--device"),
+    (["generate", "x", "--threads", "0"], "--threads: must be an integer >= 1; got '0'"),
+    (["bench", "--threads", "-2"], "--threads: must be an integer >= 1; got '-2'"),
+    (["finetune", "m", "--data", "d", "--output-dir", "o", "--threads", "two"], "--threads: must be an integer >= 1"),
     (["bench", "--thresholds", "high", "--num-prompts", "1", "--lengths", ""], "high"),
     (["export", "{tmp}/out", "--model", "{tmp}/missing"], "missing"),
     (["push", "{tmp}", "--repo-id", "me/x"], "not an exported folder"),

@@ -32,6 +32,7 @@ EXAMPLES = {
     "max_new_tokens": ["--max-new-tokens", "3"],
     "dtype": ["--dtype", "float32"],
     "device": ["--device", "cpu"],
+    "threads": ["--threads", "1"],
 }
 """One use of each option of one-prompt `generate` (the WeDLM ones from the options table)."""
 

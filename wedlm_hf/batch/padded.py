@@ -21,7 +21,7 @@ def generate_batch(
     kwargs = {**generate_kwargs, **batch.overrides, "return_dict_in_generate": True}
     config = model.generation_config
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else config.pad_token_id
-    eos_ids = _eos_ids(tokenizer, config)
+    eos_ids = eos_token_ids(tokenizer, config)
     if pad_id is None:
         pad_id = eos_ids[0] if eos_ids else 0
     longest = batch.longest
@@ -41,7 +41,7 @@ def generate_batch(
         length = stats.generated[i] if stats is not None else _ar_length(new[i], eos_ids, pad_id, stop_strings)
         tokens = new[i][:length]
         text = tokenizer.decode(tokens, skip_special_tokens=True)
-        reason = stats.finish_reasons[i] if stats is not None else _ar_finish_reason(tokens, eos_ids, max_new_tokens)
+        reason = stats.finish_reasons[i] if stats is not None else ar_finish_reason(tokens, eos_ids, max_new_tokens)
         row_stats = {"prompt_tokens": len(batch.token_ids[i]), "tokens": length}
         if stats is not None:
             row_stats["forwards"] = stats.forwards[i]
@@ -55,7 +55,7 @@ def generate_batch(
     return results, total_tokens, forwards
 
 
-def _eos_ids(tokenizer: PreTrainedTokenizerBase, config: GenerationConfig) -> list[int]:
+def eos_token_ids(tokenizer: PreTrainedTokenizerBase, config: GenerationConfig) -> list[int]:
     eos = config.eos_token_id if config.eos_token_id is not None else tokenizer.eos_token_id
     return [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
 
@@ -71,7 +71,7 @@ def _ar_length(tokens: list[int], eos_ids: list[int], pad_id: int, stop_strings:
     return len(tokens)
 
 
-def _ar_finish_reason(tokens: list[int], eos_ids: list[int], max_new_tokens: int) -> str:
+def ar_finish_reason(tokens: list[int], eos_ids: list[int], max_new_tokens: int) -> str:
     """Why an autoregressive row ended: its EOS, its budget, else a stop string (nothing else ends it early)."""
     if tokens and tokens[-1] in eos_ids:
         return EOS

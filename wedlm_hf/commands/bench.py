@@ -10,6 +10,7 @@ import importlib.util
 import sys
 
 from ..loading.names import MODEL_HELP
+from .placement import add_threads_argument
 
 FULL = {
     "num_prompts": 8, "max_new_tokens": 128, "repeats": 3, "thresholds": "0.1,0.2,0.4,0.8,1.6", "lengths": "64,128,256,512,1024"
@@ -55,9 +56,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lengths", help=f"generated lengths of the time-vs-length run ('' skips it; default {FULL['lengths']})"
     )
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch intra-op threads (default 1: with busy cores, more threads spin-wait and a small "
-                        "model runs up to ~70x slower; 0 keeps torch's choice)")
+    add_threads_argument(parser)
     parser.add_argument("--quick", action="store_true", help="small sizes (4 prompts, 64 tokens, 2 repeats) for the options not given: a few minutes")
     parser.add_argument(
         "--compile", nargs="?", const="inductor", default=None, metavar="BACKEND",
@@ -78,8 +77,6 @@ def apply_sizes(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from ..bench.models import load_model
     from ..bench.prompts import PROMPT_SETS, load_prompt_set
     from ..bench.report import markdown, plot, write_json
@@ -88,8 +85,6 @@ def run(args: argparse.Namespace) -> int:
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         raise SystemExit("--plot needs matplotlib: pip install 'wedlm-hf[bench]'")  # fail before, not after, the run
     apply_sizes(args)
-    if args.threads:
-        torch.set_num_threads(args.threads)
     config = BenchConfig(  # bad arms fail here, before the model loads
         max_new_tokens=args.max_new_tokens,
         repeats=args.repeats,

@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from ..loading.names import MODEL_HELP
+from .placement import add_threads_argument
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -16,9 +17,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--host", default="127.0.0.1", help="interface to bind (default: loopback only; 0.0.0.0 exposes it)"
     )
-    parser.add_argument("--port", type=int, default=7860)
+    parser.add_argument("--port", type=int, default=7860, help="port to listen on")
     parser.add_argument("--concurrency", type=int, default=1, help="generations served at once, each using two threads")
     parser.add_argument("--queue-size", type=int, default=16, help="requests allowed to wait for a free slot")
+    add_threads_argument(parser)
     parser.set_defaults(run=run)
 
 

@@ -4,6 +4,7 @@ import argparse
 import sys
 
 from ..loading.names import MODEL_HELP
+from .placement import add_threads_argument
 
 
 def _thresholds(text: str) -> tuple[float, ...]:
@@ -32,7 +33,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, help="--humaneval: the first N problems only (default: all 164)")
     parser.add_argument("--timeout", type=float, default=5.0, help="--humaneval: seconds per test run")
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (0 keeps torch's choice)")
+    add_threads_argument(parser)
     parser.add_argument("--json", metavar="OUT", help="also write the report as JSON")
     parser.set_defaults(run=run)
 
@@ -56,15 +57,12 @@ def check_options(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_options(args)
-    import torch
     from transformers.utils import logging
 
     from ..evaluation.evaluate import DEFAULT_THRESHOLDS, evaluate_model
     from ..evaluation.prompts import read_prompts
     from ..loading import load_model_and_tokenizer
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     prompts = None if args.humaneval else read_prompts(args.prompts)  # a bad file fails before the model loads
     chat_prompts = read_prompts(args.chat_prompts) if args.chat_prompts else None
     logging.disable_progress_bar()

@@ -13,6 +13,7 @@ from ..finetune.card import MIN_EVALUATED_STEPS
 from ..finetune.recipe import FinetuneOptions
 from ..loading.names import MODEL_HELP
 from .options import add_field_arguments, add_written_arguments, field_values
+from .placement import add_threads_argument
 
 HELP = {  # one flag per `FinetuneOptions` field named here; the written options' flags come from the options table
     "seq_len": "tokens per training row (text is packed; each chat is one row)",
@@ -53,6 +54,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_written_arguments(parser, "the output's generation config")
     add("--deepspeed", help="a DeepSpeed config file, as for any Trainer job")
     add("--fsdp", help="FSDP options, as TrainingArguments' `fsdp` (e.g. 'full_shard auto_wrap')")
+    add_threads_argument(parser)
     evaluate = parser.add_mutually_exclusive_group()
     evaluate.add_argument(
         "--evaluate", action="store_const", const=True, default=None,

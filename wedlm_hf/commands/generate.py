@@ -10,7 +10,9 @@ import torch
 
 import wedlm_hf
 from wedlm_hf.commands.generate_batch import add_batch_arguments, run_batch, uses_batch_mode
+from wedlm_hf.batch.padded import ar_finish_reason, eos_token_ids
 from wedlm_hf.commands.options import add_wedlm_arguments, given_flags, wedlm_keywords
+from wedlm_hf.commands.placement import add_threads_argument, resolve_device
 from wedlm_hf.generation.validation import position_limit_error
 from wedlm_hf.loading.names import MODEL_HELP
 
@@ -19,7 +21,9 @@ ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "prompt", nargs="?", help=r"text to continue ('\n' and '\t' are read as escapes); '-' reads standard input"
+        "prompt", nargs="?",
+        help=r"text to continue ('\n' and '\t' are read as escapes); '-' reads standard input (less the one "
+        "newline that ends it, as `echo` adds)",
     )
     parser.add_argument("--prompt-file", type=Path, help="read the prompt from this file instead (as is)")
     parser.add_argument(
@@ -41,6 +45,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"], help="'auto': the checkpoint's"
     )
     placement.add_argument("--device", default="auto", help="'auto': cuda if available, else cpu; or e.g. cpu, cuda:1")
+    add_threads_argument(placement)
     add_batch_arguments(parser)
     parser.set_defaults(run=run)
 
@@ -57,7 +62,7 @@ def read_prompt(args: argparse.Namespace) -> str:
         except OSError as error:
             raise ValueError(f"--prompt-file {args.prompt_file}: {error.strerror or error}") from None
     elif args.prompt == "-":
-        prompt = sys.stdin.read()
+        prompt = sys.stdin.read().removesuffix("\n")  # `echo PROMPT |` ends it with a newline the user did not type
     elif args.prompt is None:
         raise ValueError("no prompt: give it as an argument, '-' to read standard input, or --prompt-file FILE")
     else:
@@ -84,15 +89,6 @@ def generation_options(args: argparse.Namespace) -> dict:
                 raise ValueError(f"--{name.replace('_', '-')} applies only to sampling: add --do-sample")
             options[name] = getattr(args, name)
     return options
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        return torch.device(name)
-    except RuntimeError as error:
-        raise ValueError(f"--device: {error}") from error
 
 
 def load(args: argparse.Namespace):
@@ -125,18 +121,31 @@ def encode(tokenizer, model, prompt: str, chat: bool, max_new_tokens: int) -> di
     return {name: tensor.to(model.device) for name, tensor in inputs.items()}
 
 
-def stats_line(output, count: int, seconds: float) -> str:
+def stats_line(output, count: int, seconds: float, finish_reason: str) -> str:
+    """The run in one line, ending in why it stopped (an empty continuation is most often an `eos` at once)."""
     stats = getattr(output, "wedlm_stats", None)
     if stats is None:
-        return f"[ar] tokens={count} forwards={count} tokens/forward=1.00 tokens/s={count / seconds:.1f}"
+        return (
+            f"[ar] tokens={count} forwards={count} tokens/forward=1.00 tokens/s={count / seconds:.1f} "
+            f"finish_reason={finish_reason}"
+        )
     summary = stats.summary()
     # lossless mode counts its drafts: the line says which mode ran, whichever flag or config chose it
     drafts = f" accepted={summary['accepted']}/{summary['drafted']}" if "drafted" in summary else ""
     return (
         f"[wedlm] tokens={summary['generated']} forwards={summary['forwards']} "
         f"tokens/forward={summary['tokens_per_forward_row_mean']:.2f}{drafts} p_cache={summary['p_cache']:.3f} "
-        f"tokens/s={summary['generated'] / seconds:.1f}"
+        f"tokens/s={summary['generated'] / seconds:.1f} finish_reason={finish_reason}"
     )
+
+
+def finish_reason(output, model, tokenizer, new_tokens: list[int], max_new_tokens: int) -> str:
+    """'eos', 'stop' or 'length': WeDLM records it; an autoregressive run is read off its tokens, as batch mode
+    reads it."""
+    stats = getattr(output, "wedlm_stats", None)
+    if stats is not None:
+        return stats.finish_reasons[0]
+    return ar_finish_reason(new_tokens, eos_token_ids(tokenizer, model.generation_config), max_new_tokens)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -158,5 +167,6 @@ def run(args: argparse.Namespace) -> int:
     new_tokens = output.sequences[0, inputs["input_ids"].shape[1] :]
     if streamer is None:
         print(tokenizer.decode(new_tokens, skip_special_tokens=True))
-    print(stats_line(output, len(new_tokens), seconds))
+    reason = finish_reason(output, model, tokenizer, new_tokens.tolist(), args.max_new_tokens)
+    print(stats_line(output, len(new_tokens), seconds, reason))
     return 0

@@ -6,13 +6,15 @@ from wedlm_hf.generation.options import SERVE
 
 from ..loading.names import DEFAULT_NAME, MODEL_HELP
 from .options import add_wedlm_arguments, wedlm_keywords
+from .placement import add_threads_argument, resolve_device
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", nargs="?", help=MODEL_HELP + " (default: the embedded checkpoint)")
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (0.0.0.0 exposes the server)")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=int, default=8000, help="port to listen on")
     parser.add_argument("--device", default="auto", help="device map, e.g. auto, cpu, cuda:0")
+    add_threads_argument(parser)
     parser.add_argument("--dtype", default="auto", help="'auto': the checkpoint's")
     parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     batching = parser.add_argument_group("continuous batching (docs/serving.md)")
@@ -35,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
     from wedlm_hf.serving import serve
 
     defaults = wedlm_keywords(args)  # an option not given is left to the model's generation config
+    if args.device != "auto":
+        resolve_device(args.device)  # a device this machine lacks is one line now, not a traceback per request
     print(f"serving on http://{args.host}:{args.port}/v1 (OpenAI API); Ctrl-C stops", flush=True)
     serve(
         pretrained_path(args.model),

@@ -5,6 +5,7 @@ import argparse
 from ..evaluation.default_decoding import DefaultDecoding
 from ..training.recipe import TrainOptions
 from .options import add_field_arguments, add_written_arguments, field_values
+from .placement import add_threads_argument
 
 HELP = {
     "output_dir": "where the checkpoint, loss log and plot are written",
@@ -24,12 +25,12 @@ HELP = {
     "eval_every": "steps between held-out loss evaluations",
     "save_every": "steps between saves of the checkpoint so far (0: end only)",
     "seed": "seed of the corpus, the initialisation and the masking",
-    "threads": "torch CPU threads; use 1 when other processes share the cores",
 }
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     add_field_arguments(parser, TrainOptions, HELP)
+    add_threads_argument(parser)  # TrainOptions.threads, set by the command line's rule
     add_written_arguments(parser, "generation_config.json")
     parser.add_argument(
         "--no-evaluate", action="store_true", help="skip the end-of-run decoding evaluation that chooses the default"
