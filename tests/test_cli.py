@@ -250,6 +250,7 @@ USER_ERRORS = [
     (["finetune", "m", "--data", "d", "--output-dir", "o", "--threads", "two"], "--threads: must be an integer >= 1"),
     (["bench", "--thresholds", "high", "--num-prompts", "1", "--lengths", ""], "high"),
     (["export", "{tmp}/out", "--model", "{tmp}/missing"], "missing"),
+    (["export", "{tmp}", "--config", "WeDLM-7B-Base"], "is not empty: pass --overwrite"),
     (["push", "{tmp}", "--repo-id", "me/x"], "not an exported folder"),
     (["train", "--output-dir", "{tmp}/file/checkpoint", "--threads", "1"], "file"),
     (["serve", "{tmp}/missing", "--port", "1"], "missing"),
@@ -276,6 +277,15 @@ def test_missing_extra_names_the_install_command(capsys, monkeypatch):
         "wedlm-hf demo: error: `wedlm-hf demo` needs the package 'wedlm_hf_test_absent_module': "
         "pip install 'wedlm-hf[demo]'\n"
     )
+
+
+def test_export_writes_over_a_folder_only_with_overwrite(exported, capsys):
+    (exported / "notes.txt").write_text("mine")
+    (exported / "config.json").write_text("{}")
+    assert main(["export", str(exported), "--config", "WeDLM-7B-Base"]) == 1
+    assert (exported / "config.json").read_text() == "{}"  # refused before anything was written
+    assert main(["export", str(exported), "--config", "WeDLM-7B-Base", "--overwrite"]) == 0
+    assert "auto_map" in (exported / "config.json").read_text() and (exported / "notes.txt").read_text() == "mine"
 
 
 def test_push_without_network_is_one_line(exported):

@@ -1,6 +1,7 @@
 """Export a Hub-ready WeDLM folder (remote code, config, weights, card) or a `custom_generate` recipe."""
 
 import argparse
+from pathlib import Path
 
 from ..loading.names import MODEL_HELP
 
@@ -8,7 +9,11 @@ from ..loading.names import MODEL_HELP
 def register(parser: argparse.ArgumentParser) -> None:
     from ..hub.export import HUB_CONFIG_NAMES
 
-    parser.add_argument("directory", help="folder to write")
+    parser.add_argument("directory", help="folder to write (new or empty, unless --overwrite)")
+    parser.add_argument(
+        "--overwrite", action="store_true",
+        help="write into a folder that already holds files: those of the export's names are replaced, others kept",
+    )
     parser.add_argument("--config", choices=HUB_CONFIG_NAMES, help="a shipped checkpoint config (no weights)")
     parser.add_argument(
         "--model",
@@ -29,6 +34,9 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..hub.export import export_custom_generate, export_model_folder
 
+    target = Path(args.directory)
+    if target.is_dir() and any(target.iterdir()) and not args.overwrite:
+        raise ValueError(f"{target} is not empty: pass --overwrite to write the export into it, or name a new folder")
     card = {"repo_id": args.repo_id, "base_model": args.base_model, "license": args.license}
     if args.custom_generate:
         if args.config:
