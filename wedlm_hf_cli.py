@@ -71,11 +71,11 @@ def refuse_extras(parser: "Parser", extras: list[str]) -> None:
 
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows an option's default, unless there is none to show (flags, and options whose help says where it comes
-    from)."""
+    """Shows an option's default, unless there is none to show (flags) or its help already states it ("default:",
+    "(default 8)"): one default per option."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
-        if action.default in (None, False) or "default:" in (action.help or ""):
+        if action.default in (None, False) or re.search(r"default:|\(default ", action.help or ""):
             return action.help
         return super()._get_help_string(action)
 

@@ -4,6 +4,7 @@ import argparse
 import importlib
 import io
 import os
+import re
 import subprocess
 import sys
 from importlib.metadata import version
@@ -55,6 +56,29 @@ def test_every_subcommand_has_help_with_defaults(command, capsys):
         main([command, "--help"])
     assert exit.value.code == 0
     assert "--debug" in capsys.readouterr().out
+
+
+def help_lines(capsys, monkeypatch, *argv) -> list[str]:
+    """`--help` of `argv`, one line per option (a terminal wide enough that no help text wraps)."""
+    monkeypatch.setenv("COLUMNS", "10000")
+    with pytest.raises(SystemExit) as exit:
+        main([*argv, "--help"])
+    assert exit.value.code == 0
+    return capsys.readouterr().out.splitlines()
+
+
+@pytest.mark.parametrize("command", list(SUBCOMMANDS))
+def test_help_states_each_default_once_and_never_none(command, capsys, monkeypatch):
+    lines = help_lines(capsys, monkeypatch, command)
+    doubled = [line for line in lines if len(re.findall(r"default:|\(default ", line)) > 1]
+    assert doubled == []
+    assert [line for line in lines if re.search(r"\bNone\b", line)] == []
+    if command in ("serve", "demo"):
+        assert any(re.search(r"--port PORT .*\(default: \d+\)", line) for line in lines), lines
+
+
+def test_top_level_help_names_the_batch_mode(capsys, monkeypatch):
+    assert any("generate --input" in line for line in help_lines(capsys, monkeypatch))
 
 
 def test_generate_help_shows_library_and_checkpoint_defaults(capsys):

@@ -19,10 +19,14 @@ def _checkpoint_default(keyword: str):
 
 
 def default_help(option: WeDLMOption) -> str:
-    return (
-        f"default: the model's generation config (embedded checkpoint: {_checkpoint_default(option.keyword)}), "
-        f"else the library default {option.default}"
-    )
+    """Where the value comes from when the flag is absent; a source that sets nothing is left unsaid."""
+    embedded = _checkpoint_default(option.keyword)
+    text = "default: the model's generation config"
+    if embedded is not None:
+        text += f" (embedded checkpoint: {embedded})"
+    if option.default is not None:
+        text += f", else the library default {option.default}"
+    return text
 
 
 def value_parser(option: WeDLMOption, none_allowed: bool = True):
