@@ -2,7 +2,9 @@
 naming the option (exit status 1, no usage block), and `finetune` prints progress and a short summary."""
 
 import json
+import re
 import warnings
+from pathlib import Path
 
 import pytest
 from test_finetune import counting_data, tiny_llama  # noqa: F401 (fixtures)
@@ -88,6 +90,19 @@ def test_argument_error_is_one_line_naming_the_option(argv, line, capsys, tmp_pa
     assert code == 1 and out == ""
     assert err.startswith(f"wedlm-hf generate: error: {line}") and len(err.splitlines()) == 1, err
     assert "usage:" not in err
+
+
+def test_a_bad_line_exits_as_docs_batch_md_says(capsys, tmp_path):
+    """The exit status and message docs/batch.md gives for a bad input line are what the command does."""
+    docs = " ".join((Path(__file__).parents[1] / "docs" / "batch.md").read_text().split())
+    sentence = re.search(r"A bad line is one line on stderr.*?exit status (\d+)", docs)
+    source, output = tmp_path / "rows.jsonl", tmp_path / "out.jsonl"
+    source.write_text(json.dumps({"prompt": PROMPT}) + "\n" + json.dumps({"prompt": PROMPT, "temprature": 1}) + "\n")
+    output.write_text("kept\n")
+    code, out, err = run(capsys, "generate", "--input", str(source), "--output", str(output), "--overwrite")
+    assert code == int(sentence.group(1)) == 1
+    assert err.startswith(f"wedlm-hf generate: error: {source} line 2: unknown key 'temprature'") and err.count("\n") == 1
+    assert output.read_text() == "kept\n"  # not touched
 
 
 def test_finetune_prints_progress_and_a_short_summary(tiny_llama, counting_data, tmp_path, capsys):  # noqa: F811
