@@ -7,6 +7,7 @@ transformers, which imports torch (seconds), and `wedlm-hf --help` or `--version
 import argparse
 import difflib
 import importlib
+import os
 import re
 import sys
 from importlib.metadata import PackageNotFoundError, version
@@ -141,7 +142,8 @@ def describe(error: BaseException) -> str:
         for e in _chain(error)
     )
     if network:
-        return f"cannot reach the Hugging Face Hub ({message}); check the network connection and HF_TOKEN"
+        endpoint = f" at {os.environ['HF_ENDPOINT']}" if os.environ.get("HF_ENDPOINT") else ""
+        return f"cannot reach the Hugging Face Hub{endpoint} ({message}); check the network connection and HF_TOKEN"
     if isinstance(error, USER_ERRORS):
         return message
     return f"{type(error).__name__}: {message} (run with --debug for the traceback)"

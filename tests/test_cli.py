@@ -325,6 +325,40 @@ def test_push_without_network_is_one_line(exported):
     assert "cannot reach the Hugging Face Hub" in result.stderr
 
 
+def test_push_to_an_unreachable_hub_is_one_line(exported):
+    result = subprocess.run(
+        [sys.executable, "-m", "wedlm_hf.cli", "push", str(exported), "--repo-id", "me/x"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:1", "HF_TOKEN": "hf_unused"},
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith("wedlm-hf push: error: cannot reach the Hugging Face Hub at http://127.0.0.1:1 (")
+    assert result.stderr.count("\n") == 1, result.stderr
+
+
+def test_demo_prints_its_address_and_no_share_hint(capsys, monkeypatch):
+    """`wedlm-hf demo` as a user starts it, stopped where it would wait for Ctrl-C: one line with the address, none
+    of Gradio's start-up lines (they suggest `share=True`, which the command cannot act on)."""
+    gradio = pytest.importorskip("gradio")
+    from local_server import free_port
+
+    served = []
+
+    def stop_instead_of_waiting(app):
+        served.append(app.local_url)
+        app.close()
+
+    monkeypatch.setattr(gradio.Blocks, "block_thread", stop_instead_of_waiting)
+    port = free_port()
+    code, out, err = run_cli(capsys, "demo", "--port", str(port))
+    assert code == 0, err
+    assert served == [f"http://127.0.0.1:{port}/"]
+    assert out.splitlines()[0] == f"demo on http://127.0.0.1:{port}/ (Ctrl-C stops)"  # then the test's close
+    assert "share" not in out + err and "Running on" not in out
+
+
 def test_debug_shows_the_traceback(capsys):
     with pytest.raises(ValueError, match="the prompt is empty"):
         main(["generate", "", "--debug"])

@@ -225,16 +225,22 @@ def build_app(default_model: str | None = None, concurrency_limit: int = 1, queu
 
 
 def launch(app: gr.Blocks, host: str | None = None, port: int | None = None, block: bool = True) -> None:
-    """Serve `app` without share links or server-side rendering. host/port None: Gradio's GRADIO_SERVER_NAME /
-    GRADIO_SERVER_PORT, else 127.0.0.1:7860 (a Space sets the variables). `block=False` returns once it serves."""
+    """Serve `app` without share links or server-side rendering, and print its address in one line (Gradio's own
+    start-up lines are silenced: they suggest `share=True`, which the command does not offer). host/port None:
+    Gradio's GRADIO_SERVER_NAME / GRADIO_SERVER_PORT, else 127.0.0.1:7860 (a Space sets the variables).
+    `block=False` returns once it serves."""
     app.launch(
         server_name=host,
         server_port=port,
         share=False,
+        quiet=True,
         ssr_mode=False,
         show_error=True,
         theme=THEME,
         css=STEP_VIEW_CSS,
         footer_links=["gradio"],
-        prevent_thread_lock=not block,
+        prevent_thread_lock=True,
     )
+    print(f"demo on {app.local_url} (Ctrl-C stops)", flush=True)
+    if block:
+        app.block_thread()
