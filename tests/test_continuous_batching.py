@@ -317,3 +317,64 @@ def test_lossless_sampling_never_draws_the_mask_id():
     results = run_staggered(scheduler, requests, ARRIVALS)
     drawn = [token for result in results.values() for token in result.tokens]
     assert len(drawn) == 16 * len(PROMPTS) and MASK_ID not in drawn
+
+
+def mask_after(model, position: int):
+    """A forward hook making the mask token the model's greedy next token after `position`, in any row there."""
+
+    def hook(module, args, kwargs, output):
+        logits = output.logits
+        positions = kwargs["position_ids"][:, -logits.shape[1] :]
+        logits[..., MASK_ID] = torch.where(positions == position, 1e4, logits[..., MASK_ID])
+        return output
+
+    return model.register_forward_hook(hook, with_kwargs=True)
+
+
+def test_a_row_whose_greedy_token_is_the_mask_fails_alone():
+    """Lossless greedy decoding cannot go on in a row that predicts the mask token: that request fails with the
+    reason, the rows decoding beside it (never reaching that position) and later requests decode as alone."""
+    model = wedlm_hf.enable(tiny_model("wedlm"))
+    config = server_config(model, wedlm_lossless=True)
+    requests = [
+        GenerationRequest(PROMPTS[0], 20, request_id="reaches"),  # positions 5..24: its token after 12 is the mask
+        GenerationRequest(PROMPTS[1], 7, request_id="short"),
+        GenerationRequest(PROMPTS[3], 9, request_id="later"),
+    ]
+    hook = mask_after(model, 12)
+    try:
+        with pytest.raises(ValueError, match="mask token"):  # one `generate` call fails as a whole
+            lone_generate(model, PROMPTS[0], 20, config)
+        results = run_staggered(WeDLMScheduler(model, config, max_batch_size=3), requests, [0, 1, 6])
+        assert results["reaches"].finish_reason == "error" and "greedy next token is the mask" in results["reaches"].error
+        assert_alone_equal(model, config, requests[1:], results)
+    finally:
+        hook.remove()
+
+
+class EngineKilled(BaseException):
+    """A fault no step catches, as KeyboardInterrupt or SystemExit would be."""
+
+
+def test_pending_requests_fail_when_the_decoding_thread_dies():
+    model = wedlm_hf.enable(tiny_model("wedlm"))
+    poison = 77
+
+    def fault(module, args, kwargs):
+        if (kwargs["input_ids"] == poison).any():
+            raise EngineKilled("injected engine death")
+
+    hook = model.register_forward_pre_hook(fault, with_kwargs=True)
+    try:
+        with ContinuousBatcher(model, server_config(model), max_batch_size=2) as batcher:
+            running = batcher.submit(PROMPTS[0], 400)
+            killer = batcher.submit([5, poison, 6], 10)
+            queued = batcher.submit(PROMPTS[1], 10)  # the batch is full: it waits
+            results = [handle.result(timeout=PATIENCE_S) for handle in (running, killer, queued)]
+            assert not batcher.is_alive()
+            with pytest.raises(RuntimeError, match="stopped.*EngineKilled: injected engine death"):
+                batcher.submit(PROMPTS[1], 4)
+    finally:
+        hook.remove()
+    for result in results:
+        assert result.finish_reason == "error" and "engine stopped (EngineKilled: injected engine death)" in result.error

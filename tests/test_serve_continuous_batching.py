@@ -125,7 +125,7 @@ def test_client_disconnecting_mid_stream_frees_its_row(server):
         ({"model": "some/other-model", "prompt": "1, 2,"}, 400, "pinned"),
         ({"model": MODEL, "prompt": "1, 2,", "max_tokens": 5000}, 400, "max_position_embeddings"),
         ({"model": MODEL, "prompt": "", "max_tokens": 5}, 400, "prompt is empty"),
-        ({"model": MODEL, "prompt": "1, 2,", "frequency_penalty": 0.5, "stream": True}, 400, "repetition_penalty"),
+        ({"model": MODEL, "prompt": "1, 2,", "frequency_penalty": 0.5, "stream": True}, 400, "frequency_penalty"),
         ({"model": MODEL, "prompt": "1, 2,", "generation_config": '{"decoding": "ar"}'}, 400, "decoding"),
     ],
     ids=["bad-json", "unknown-model", "past-position-limit", "empty-prompt", "per-request-penalty", "per-request-ar"],

@@ -39,12 +39,12 @@ def run(args: argparse.Namespace) -> int:
     defaults = wedlm_keywords(args)  # an option not given is left to the model's generation config
     if args.device != "auto":
         resolve_device(args.device)  # a device this machine lacks is one line now, not a traceback per request
-    print(f"serving on http://{args.host}:{args.port}/v1 (OpenAI API); Ctrl-C stops", flush=True)
     serve(
         pretrained_path(args.model),
         name=args.model or DEFAULT_NAME,  # clients send the name the user gave, not the folder it stands for
         host=args.host,
         port=args.port,
+        announce=lambda: print(f"serving on http://{args.host}:{args.port}/v1 (OpenAI API); Ctrl-C stops", flush=True),
         generation_defaults=defaults,
         batching=(
             {"max_batch_size": args.max_batch_size, "max_batch_tokens": args.max_batch_tokens}

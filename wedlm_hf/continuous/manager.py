@@ -3,7 +3,8 @@
 Requests are submitted from any thread and decoded together; each one's new tokens arrive as they are committed,
 through its `RequestHandle` (iterate `stream()`, or wait for `result()`) or an `on_update` callback, called on
 the decoding thread. Every submitted request gets exactly one final update: its result, a cancellation or an
-error.
+error; if the decoding thread stops (closed, or killed by a fault outside any request), every request still
+pending gets an error saying why, and later submissions are refused.
 """
 
 import logging
@@ -56,7 +57,8 @@ class ContinuousBatcher:
         self.inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self.listeners: dict[str, Listener] = {}
         self.lock = threading.Lock()
-        self.fatal_error: str | None = None
+        self.stopped: str | None = None
+        """Why the decoding thread stopped (set before the requests still pending fail); None while it runs."""
         self.thread = threading.Thread(target=self._decode, name="wedlm-continuous-batching", daemon=True)
         self.thread.start()
 
@@ -76,11 +78,11 @@ class ContinuousBatcher:
         return self.submit_request(request, on_update)
 
     def submit_request(self, request: GenerationRequest, on_update: Listener | None = None) -> RequestHandle:
-        if not self.is_alive():
-            raise RuntimeError(f"The continuous batcher has stopped: {self.fatal_error or 'closed'}")
         self.scheduler.check(request)
         handle = RequestHandle(self, request.request_id)
-        with self.lock:
+        with self.lock:  # `_stop` fails every listener registered before it, under the same lock
+            if not self.is_alive():
+                raise RuntimeError(f"The continuous batcher has stopped: {self.stopped or 'its thread ended'}")
             if request.request_id in self.listeners:
                 raise ValueError(f"A request with id {request.request_id!r} is already queued or running.")
             self.listeners[request.request_id] = on_update or handle.updates.put
@@ -96,11 +98,11 @@ class ContinuousBatcher:
         return [handle.result() for handle in handles]
 
     def is_alive(self) -> bool:
-        return self.thread.is_alive()
+        return self.stopped is None and self.thread.is_alive()
 
     def close(self, timeout: float | None = 10) -> None:
         """Fail what is still queued or running, then stop the decoding thread."""
-        if self.is_alive():
+        if self.thread.is_alive():
             self.inbox.put(Close())
             self.thread.join(timeout)
 
@@ -111,30 +113,44 @@ class ContinuousBatcher:
         self.close()
 
     def _decode(self) -> None:
-        scheduler = self.scheduler
         try:
-            while True:
-                messages = [] if scheduler.has_work() else [self.inbox.get()]
-                while not self.inbox.empty():
-                    messages.append(self.inbox.get())
-                for message in messages:
-                    if isinstance(message, Close):
-                        self._dispatch(scheduler.fail_all(RuntimeError("the continuous batcher was closed")))
-                        return
-                    if isinstance(message, Cancel):
-                        scheduler.cancel(message.request_id)
-                    else:
-                        self._add(message.request)
-                if scheduler.has_work():
-                    try:
-                        updates = scheduler.step()
-                    except Exception as error:  # outside any one request: fail them all, go on
-                        logger.exception("continuous batching step failed")
-                        updates = scheduler.fail_all(error)
-                    self._dispatch(updates)
-        except BaseException as error:
-            self.fatal_error = f"{type(error).__name__}: {error}"
-            raise
+            self._serve()
+        except BaseException as error:  # e.g. KeyboardInterrupt, SystemExit: nothing more can be decoded
+            logger.critical("continuous batching stopped", exc_info=True)
+            self._stop(f"{type(error).__name__}: {error}")
+        else:
+            self._stop("closed")
+
+    def _serve(self) -> None:
+        scheduler = self.scheduler
+        while True:
+            messages = [] if scheduler.has_work() else [self.inbox.get()]
+            while not self.inbox.empty():
+                messages.append(self.inbox.get())
+            for message in messages:
+                if isinstance(message, Close):
+                    self._dispatch(scheduler.fail_all(RuntimeError("the continuous batcher was closed")))
+                    return
+                if isinstance(message, Cancel):
+                    scheduler.cancel(message.request_id)
+                else:
+                    self._add(message.request)
+            if scheduler.has_work():
+                try:
+                    updates = scheduler.step()
+                except Exception as error:  # outside any one request: fail them all, go on
+                    logger.exception("continuous batching step failed")
+                    updates = scheduler.fail_all(error)
+                self._dispatch(updates)
+
+    def _stop(self, reason: str) -> None:
+        """Refuse new requests, then fail every request still pending (queued, running, or submitted as the thread
+        ended)."""
+        with self.lock:
+            self.stopped = reason
+            pending = list(self.listeners)
+        error = f"The continuous batching engine stopped ({reason}); the request cannot finish."
+        self._dispatch([RequestUpdate(rid, [], RequestResult(rid, [], ERROR, error=error)) for rid in pending])
 
     def _add(self, request: GenerationRequest) -> None:
         try:

@@ -12,8 +12,9 @@ of its own produces (greedy and lossless; batched rows differ from lone ones onl
 wider, padded batch flip a near-tie, as in batched `generate`).
 
 Sampling, logits processors, EOS and the WeDLM settings belong to the batch: one generation config per scheduler.
-A fault in a request's first step fails that request alone; a fault in a shared step fails the running requests
-(each gets one error) and the scheduler carries on (the next admitted group starts a new batch).
+A fault in a request's first step fails that request alone; so does one the decoder pins on rows of a shared step
+(lossless decoding whose greedy next token is the mask token); any other fault in a shared step fails the running
+requests (each gets one error) and the scheduler carries on (the next admitted group starts a new batch).
 """
 
 from collections import deque
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
+from ..generation.lossless import MaskTokenPredicted
 from ..generation.outputs import CANCELLED, ERROR
 from ..generation.validation import position_limit_error
 from .admission import AdmissionPolicy, FirstComeFirstServed
@@ -120,6 +122,8 @@ class WeDLMScheduler:
         self._start(self.admission.admit(self.queue, self.max_batch_size - len(self.running), self._requests()), updates)
         try:
             self.batch.step()
+        except MaskTokenPredicted as error:  # raised once the step settled: those rows leave, the others go on
+            updates += self._fail_rows(error.rows, error)
         except Exception as error:  # a shared step: every request in the batch fails, once
             return updates + self._fail_running(error)
         return updates + self._report()
@@ -186,6 +190,14 @@ class WeDLMScheduler:
         updates = self._fail_running(error) + [self._failed(request, error) for request in self.queue]
         self.queue.clear()
         return updates
+
+    def _fail_rows(self, rows: list[int], error: Exception) -> list[RequestUpdate]:
+        """Fail the requests of rows `rows` alone: they leave the batch, and their rows are forgotten."""
+        self.batch.cancel(rows)
+        self.batch.forget(rows)
+        failed = [self._failed(self.running[row].request, error) for row in rows]
+        self.running = [held for row, held in enumerate(self.running) if row not in rows]
+        return failed
 
     def _fail_running(self, error: Exception) -> list[RequestUpdate]:
         updates = [self._failed(held.request, error) for held in self.running]

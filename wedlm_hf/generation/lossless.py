@@ -16,7 +16,6 @@ predictions conditioned on the rejected token, and a rejected slot's logits pred
 embedded checkpoint's counting prompts, drafting at threshold 1.0, that gave 6.5 tokens per forward, not 10.3.)
 """
 
-
 from dataclasses import dataclass, fields
 
 import torch
@@ -32,6 +31,14 @@ LONGEST_AR_RUN = 64
 """Adaptive schedule: the fewest and the most AR-only forwards a row takes before it tries one draft again (a try
 costs two wider forwards: one to draft, one to verify)."""
 
+
+class MaskTokenPredicted(ValueError):
+    """The model's greedy next token is the mask token in input rows `rows`: lossless cannot go on in those."""
+
+    def __init__(self, rows: list[int]):
+        self.rows = rows
+        super().__init__("The model's greedy next token is the mask token; `wedlm_lossless=True` needs a model that "
+                         "never emits `mask_token_id` as a next token (any WeDLM-trained checkpoint).")
 
 
 @dataclass
@@ -122,14 +129,12 @@ class LosslessPolicy:
         # 2. one forward: next-token logits at the certain token and at every leading draft, plus as many extra
         #    mask slots as there are drafts, so that if all are accepted the next window is already predicted
         length = torch.minimum(state.length + (leading - 1), state.max_new_tokens - start)
+        self.mask_rows = torch.where(self.drafts.mask_predicted, state.rows, -1)  # read only if the check fails
         return StepPlan(length, start, filled, leading, all_columns=True, checks=(self.drafts.mask_predicted.any(),))
 
     def checked(self, values: list[int]) -> None:
         if values and values[0]:
-            raise ValueError(
-                "The model's greedy next token is the mask token; `wedlm_lossless=True` needs a model that never "
-                "emits `mask_token_id` as a next token (any WeDLM-trained checkpoint)."
-            )
+            raise MaskTokenPredicted([row for row in self.mask_rows.tolist() if row >= 0])
 
     def update(self, state: WindowState, plan: StepPlan, forward: Forward) -> torch.Tensor:
         """Verify, commit and draft from this forward; returns the K/V per row the cache keeps."""

@@ -1,13 +1,13 @@
 """WeDLM continuous batching behind `transformers serve`, through the server's own seam: a `BaseGenerateManager`
-(as transformers' `CBGenerateManager` is) that hands every request to one `ContinuousBatcher`, and a
-`GenerationState` that gives it to the handlers when the server runs with continuous batching. The server, its
-handlers and its OpenAI API stay transformers' own.
+(as transformers' `CBGenerateManager` is) that hands every request to one `ContinuousBatcher`
+(wedlm_hf/continuous/), chosen by the server's generation state (managers.py). The server, its handlers and its
+OpenAI API stay transformers' own.
 
-Per request: the prompt, `max_tokens` (omitted: as many as fit the model's positions), `stop` strings,
+Per request: the prompt, `max_tokens` (not sent: as many as fit the model's positions), `stop` strings,
 streaming and cancellation (a client that disconnects mid-stream frees its row at the next step). Shared by
-every request, as in transformers' CB: sampling, logits processors, EOS and the WeDLM settings, i.e. the model's
-generation config as `wedlm-hf serve` set it; a request that asks for other values is refused (HTTP 400) rather
-than silently served with the server's.
+every request, as in transformers' CB: sampling, penalties, logits processors, EOS and the WeDLM settings, i.e. the
+model's generation config as `wedlm-hf serve` set it; a request that asks for other values is refused (HTTP 400,
+naming the request's fields) rather than silently served with the server's.
 """
 
 import asyncio
@@ -16,15 +16,19 @@ from types import SimpleNamespace
 from transformers import GenerationConfig, PreTrainedModel
 from transformers.cli.serving import utils as serving_utils
 
-from .manager import ContinuousBatcher
-from .requests import GenerationRequest, RequestUpdate
+from ..continuous.manager import ContinuousBatcher
+from ..continuous.requests import GenerationRequest, RequestUpdate
+from .errors import invalid_request
+from .requests import FIELDS
 
 PER_REQUEST = {"max_new_tokens", "max_length", "stop_strings", "use_cache", "transformers_version"}
 """Generation config fields a request may set (transformers serve sets `use_cache=False` for CB itself)."""
-SAMPLING_ONLY = {"temperature", "top_p", "top_k", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff"}
+SAMPLING_ONLY = {"temperature", "top_p", "top_k", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "seed"}
 """Fields that change nothing when neither the request nor the server samples (e.g. `temperature=0`)."""
-SERVE_DEFAULT_MAX_NEW_TOKENS = 1024
-"""What transformers serve sets when a request gives no `max_tokens` (and the model's default is lower)."""
+REQUEST_FIELDS = {"do_sample": "temperature", "sequence_bias": "logit_bias"}
+"""The request field that sets a generation config field of another name (requests.py); a field that no request
+field sets came in the request's `generation_config`."""
+BODY_FIELDS = {*FIELDS, "logit_bias"}
 
 
 def shared_setting_conflicts(request: GenerationConfig, server: GenerationConfig) -> list[str]:
@@ -36,6 +40,12 @@ def shared_setting_conflicts(request: GenerationConfig, server: GenerationConfig
         for name, value in request.to_diff_dict().items()
         if name not in ignored and server_values.get(name, default.get(name)) != value
     )
+
+
+def request_fields(config_fields: list[str]) -> list[str]:
+    """The request fields the client sent that set `config_fields`, as the client named them."""
+    names = (REQUEST_FIELDS.get(name, name) for name in config_fields)
+    return sorted({name if name in BODY_FIELDS else "generation_config" for name in names})
 
 
 class WeDLMCBGenerateManager(serving_utils.BaseGenerateManager):
@@ -86,6 +96,8 @@ class WeDLMCBGenerateManager(serving_utils.BaseGenerateManager):
             self.cancel_request(request_id)
             raise
         if result.error is not None:
+            if self.batcher.stopped is not None:  # the engine died: the server cannot serve again (503)
+                raise serving_utils.CBWorkerDeadError(result.error)
             raise RuntimeError(f"WeDLM continuous batching failed for request {request_id}: {result.error}")
         text = processor.decode(result.tokens, skip_special_tokens=True)
         return text, len(request.input_ids), result.tokens
@@ -103,58 +115,40 @@ class WeDLMCBGenerateManager(serving_utils.BaseGenerateManager):
             self.batcher.close(timeout=5)
 
     def _submit(self, request: GenerationRequest, listener) -> None:
-        from fastapi import HTTPException
-
         try:
             self.batcher.submit_request(request, listener)
         except ValueError as error:  # e.g. a request id already in flight
-            raise HTTPException(status_code=400, detail=str(error)) from None
+            raise invalid_request(str(error)) from None
         except RuntimeError as error:  # the decoding thread is gone: the server's health check says so too
             raise serving_utils.CBWorkerDeadError(str(error)) from None
 
     def _request(self, model, processor, inputs, gen_config: GenerationConfig, request_id: str) -> GenerationRequest:
-        """The scheduler's request for one HTTP request, or an HTTP 400 naming what cannot be served."""
-        from fastapi import HTTPException
-
+        """The scheduler's request for one HTTP request, or an HTTP 400 naming what cannot be served. A budget of
+        None (the client sent none) becomes as many tokens as fit, written back for the handler's finish reason."""
         if self.batcher is None:
             tokenizer = getattr(processor, "tokenizer", processor)
             self.batcher = ContinuousBatcher(model, model.generation_config, tokenizer=tokenizer, **self.options)
         conflicts = shared_setting_conflicts(gen_config, model.generation_config)
         if conflicts:
-            raise HTTPException(
-                status_code=400,
-                detail=f"{', '.join(conflicts)}: with continuous batching, sampling and WeDLM settings are shared by "
-                "every request (the server's generation config, set by `wedlm-hf serve` options); drop them from "
-                "the request, or serve without --continuous-batching.",
+            fields = request_fields(conflicts)
+            raise invalid_request(
+                f"{', '.join(fields)}: with continuous batching, sampling, penalties and WeDLM settings are the "
+                f"server's for every request (its generation config, set by `wedlm-hf serve` options; this request "
+                f"asks for other {', '.join(conflicts)}); drop them from the request, or serve without "
+                "--continuous-batching.",
+                fields[0],
             )
         input_ids = inputs["input_ids"]
         input_ids = input_ids.flatten().tolist() if hasattr(input_ids, "flatten") else list(input_ids)
-        budget = gen_config.max_new_tokens
-        if budget is None or budget == max(SERVE_DEFAULT_MAX_NEW_TOKENS, model.generation_config.max_new_tokens or 0):
-            budget = max(self.batcher.scheduler.max_sequence_length - len(input_ids), 1)  # no max_tokens: all that fit
+        if gen_config.max_new_tokens is None:
+            gen_config.max_new_tokens = max(self.batcher.scheduler.max_sequence_length - len(input_ids), 1)
         stop = gen_config.stop_strings
-        request = GenerationRequest(input_ids, budget, [stop] if isinstance(stop, str) else stop, request_id)
+        request = GenerationRequest(
+            input_ids, gen_config.max_new_tokens, [stop] if isinstance(stop, str) else stop, request_id
+        )
         try:
             self.batcher.scheduler.check(request)
-        except ValueError as error:
-            raise HTTPException(status_code=400, detail=str(error)) from None
+        except ValueError as error:  # named as the client sent it
+            message = str(error).replace("max_new_tokens", "max_tokens")
+            raise invalid_request(message, "max_tokens" if "max_tokens" in message else None) from None
         return request
-
-
-class WeDLMGenerationState(serving_utils.GenerationState):
-    """The server's generation state, handing continuous-batching requests to `WeDLMCBGenerateManager`."""
-
-    def __init__(self, *args, batching: dict, **kwargs):
-        """`batching`: this server's `WeDLMCBGenerateManager` options; the rest is transformers' `GenerationState`."""
-        self.batching = dict(batching)
-        super().__init__(*args, **kwargs)
-
-    def use_continuous_batching(self, model: PreTrainedModel, modality) -> bool:
-        return self._continuous_batching and modality == serving_utils.Modality.LLM
-
-    def get_manager(self, model_id: str, use_cb: bool = False) -> serving_utils.BaseGenerateManager:
-        if not use_cb:
-            return super().get_manager(model_id, use_cb=False)
-        if self._cb_manager is None:  # `wedlm-hf serve` pins one model: one manager serves it
-            self._cb_manager = WeDLMCBGenerateManager(**self.batching)
-        return self._cb_manager

@@ -4,18 +4,22 @@ The server loads a model by looking its architecture up by name in the `transfor
 neither `WeDLMForCausalLM` nor `auto_map`, and it never passes `decoding`. `ServeHooks` fixes both for one server's
 lifetime and leaves the server itself untouched: the WeDLM classes are made visible under their names, and the
 server builds a `ModelManager` subclass that enables each loaded model and makes WeDLM the default of its
-generation config, which every request's config is copied from. With continuous batching, it builds a
-`GenerationState` subclass that hands requests to WeDLM's own batching manager
-(`wedlm_hf.continuous.serve_manager`) instead of transformers' paged-attention one. Each server's settings live in
-its own manager and state; `WeDLMServe` installs the hooks when it starts and removes them when it stops.
+generation config, which every request's config is copied from. It also builds subclasses of transformers'
+endpoint handlers (handlers.py: OpenAI's meaning of the sampling fields, the model named as the user named it), a
+`GenerationState` subclass (managers.py: a request's seed and penalties handed to `generate`; with continuous
+batching, WeDLM's own batching manager, batching.py, instead of transformers' paged-attention one) and its app with
+OpenAI-shaped errors (errors.py). Each server's settings live in its own manager and state; `WeDLMServe` installs
+the hooks when it starts and removes them when it stops.
 """
 
+import errno
 import functools
+import socket
+from collections.abc import Callable
 
 from transformers import GenerationConfig, PreTrainedModel
 from transformers.cli.serve import Serve
 from transformers.cli.serving import model_manager
-from transformers.cli.serving import utils as serving_utils
 from transformers.cli.serving.utils import split_revision
 
 import wedlm_hf
@@ -57,10 +61,10 @@ class WeDLMModelManager(model_manager.ModelManager):
 
 class ServeHooks:
     """What `transformers serve` looks up by name, pointed at WeDLM's classes between `install()` and
-    `uninstall()` (or inside `with`): the model classes in the `transformers` namespace, and the `ModelManager` and
-    (with `batching`, `WeDLMCBGenerateManager` options) `GenerationState` the server builds, bound to these
-    settings; `served_names` maps the names clients send to the folders loaded. `uninstall` restores exactly what
-    `install` found."""
+    `uninstall()` (or inside `with`): the model classes in the `transformers` namespace, the endpoint handlers and
+    app factory, and the `ModelManager` and `GenerationState` (with `batching`, `WeDLMCBGenerateManager` options)
+    the server builds, bound to these settings; `served_names` maps the names clients send to the folders loaded.
+    `uninstall` restores exactly what `install` found."""
 
     def __init__(self, generation_defaults: dict, batching: dict | None = None, served_names: dict | None = None):
         unknown = set(generation_defaults) - set(GENERATION_OPTIONS)
@@ -74,11 +78,20 @@ class ServeHooks:
             WeDLMModelManager, generation_defaults=generation_defaults, served_names=served_names or {}
         )
         self.replacements.append((model_manager, "ModelManager", manager))
-        if batching is not None:  # where `Serve` looks it up when it starts
-            from .continuous.serve_manager import WeDLMGenerationState
+        # where `Serve` looks them up when it starts (imported here: they need the serving dependencies)
+        from transformers.cli.serving import chat_completion, completion, response, server
+        from transformers.cli.serving import utils as serving_utils
 
-            state = functools.partial(WeDLMGenerationState, batching=batching)
-            self.replacements.append((serving_utils, "GenerationState", state))
+        from . import errors, handlers
+        from .managers import WeDLMGenerationState
+
+        self.replacements += [
+            (chat_completion, "ChatCompletionHandler", handlers.WeDLMChatCompletionHandler),
+            (completion, "CompletionHandler", handlers.WeDLMCompletionHandler),
+            (response, "ResponseHandler", handlers.WeDLMResponseHandler),
+            (server, "build_server", errors.build_server),
+            (serving_utils, "GenerationState", functools.partial(WeDLMGenerationState, batching=batching)),
+        ]
         self.saved: list[tuple[object, str, object]] = []
 
     def install(self) -> None:
@@ -126,6 +139,22 @@ class WeDLMServe(Serve):
             self.hooks.uninstall()
 
 
+def check_port(host: str, port: int) -> None:
+    """Raise an OSError saying why the server could not listen on `host:port` (busy, or no such interface), so it
+    is known before anything loads (the server binds once the model is loaded)."""
+    try:
+        family, kind, protocol, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        with socket.socket(family, kind, protocol) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: only a listener blocks
+            probe.bind(address)
+    except OSError as error:
+        if error.errno == errno.EADDRINUSE:
+            raise OSError(f"port {port} on {host} is in use (another server?): stop it, or pick another port") from None
+        raise OSError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+
+
 def serve(
     model: str,
     *,
@@ -134,16 +163,21 @@ def serve(
     generation_defaults: dict,
     batching: dict | None = None,
     name: str | None = None,
+    announce: Callable[[], None] | None = None,
     **server_options,
 ) -> WeDLMServe:
     """Run `transformers serve` pinned to `model`: until interrupted, or in a thread with `non_blocking=True`
     (then stop it with the returned server's `kill_server()`); with `batching` (max_batch_size, max_batch_tokens),
     requests are continuously batched by WeDLM's scheduler. `name` (default: `model`) is the model id clients
-    send and `/v1/models` lists."""
+    send, `/v1/models` lists and responses name. An OSError says so at once if the port cannot be listened on;
+    `announce` is called once it can, before the model loads."""
     from transformers.utils.import_utils import is_serve_available
 
     if not is_serve_available():
         raise ImportError("`wedlm-hf serve` needs transformers' serving dependencies: pip install 'wedlm-hf[serve]'")
+    check_port(host, port)
+    if announce is not None:
+        announce()
     name = name or model
     hooks = ServeHooks(generation_defaults, batching, served_names={name: model} if name != model else None)
     return WeDLMServe(

@@ -1,0 +1,93 @@
+"""Errors in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, which OpenAI clients read their
+message from: transformers serve answers FastAPI's `{"detail": ...}` (the official client then shows only "Error
+code: 400") and streams `data: {"error": "<message>"}` with the message unescaped (a quote breaks the JSON).
+
+`build_server` is transformers' app with handlers that write every error (HTTP errors, validation errors, dead
+continuous batching, any other fault) in that shape; `openai_stream_errors` rewrites the streamed error event.
+"""
+
+import json
+from collections.abc import AsyncIterator
+
+from transformers.cli.serving import server
+from transformers.cli.serving.utils import CBWorkerDeadError
+
+TRANSFORMERS_BUILD_SERVER = server.build_server
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+               404: "not_found_error", 422: "invalid_request_error", 429: "rate_limit_error"}
+STREAM_ERROR = 'data: {"error": "'
+"""How transformers' handlers start a streamed error event (then the message, then `"}` and a blank line)."""
+STREAM_ERROR_END = '"}\n\n'
+
+
+def openai_error(message: str, status: int, param: str | None = None) -> dict:
+    error_type = ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": message, "type": error_type, "param": param, "code": None}}
+
+
+def invalid_request(message: str, param: str | None = None, status: int = 400):
+    """The HTTP error for a request field at fault (`param`: its name as the client sent it)."""
+    from fastapi import HTTPException
+
+    error = HTTPException(status_code=status, detail=message)
+    error.param = param
+    return error
+
+
+def _validation_message(errors: list[dict]) -> tuple[str, str | None]:
+    """FastAPI's validation errors as one line, and the body field at fault when there is one."""
+    parts, param = [], None
+    for error in errors:
+        location = [str(part) for part in error.get("loc", ()) if part != "body"]
+        parts.append(f"{'.'.join(location)}: {error.get('msg')}" if location else str(error.get("msg")))
+        param = param or (location[0] if location else None)
+    return "; ".join(parts) or "invalid request", param
+
+
+def add_error_handlers(app) -> None:
+    """Answer every error `app` raises in OpenAI's shape."""
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException
+
+    def answer(status: int, message: str, param: str | None = None, headers=None) -> JSONResponse:
+        return JSONResponse(openai_error(message, status, param), status_code=status, headers=headers)
+
+    async def http_error(_request, error: HTTPException):
+        return answer(error.status_code, str(error.detail), getattr(error, "param", None), error.headers)
+
+    async def validation_error(_request, error: RequestValidationError):
+        return answer(422, *_validation_message(error.errors()))
+
+    async def engine_dead(_request, error: CBWorkerDeadError):
+        return answer(503, str(error))
+
+    async def server_error(_request, error: Exception):
+        return answer(500, str(error) or type(error).__name__)
+
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(CBWorkerDeadError, engine_dead)
+    app.add_exception_handler(Exception, server_error)
+
+
+def build_server(*args, **kwargs):
+    """transformers serve's FastAPI app (`server.build_server`), its errors in OpenAI's shape."""
+    app = TRANSFORMERS_BUILD_SERVER(*args, **kwargs)
+    add_error_handlers(app)
+    return app
+
+
+async def openai_stream_errors(events: AsyncIterator[str]) -> AsyncIterator[str]:
+    """transformers' streamed events, its error event (always the last of its chunk) written as OpenAI's error
+    object. Any other event is JSON, whose strings escape quotes, so the error event's opening cannot occur inside
+    one."""
+    try:
+        async for chunk in events:
+            start = chunk.find(STREAM_ERROR) if isinstance(chunk, str) else -1
+            if start >= 0 and chunk.endswith(STREAM_ERROR_END):
+                message = chunk[start + len(STREAM_ERROR) : -len(STREAM_ERROR_END)]
+                chunk = chunk[:start] + f"data: {json.dumps(openai_error(message, 500))}\n\n"
+            yield chunk
+    finally:
+        await events.aclose()
