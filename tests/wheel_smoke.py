@@ -42,6 +42,16 @@ def check_installed_not_checkout() -> None:
     assert list((location.parent / "hub_configs").glob("*/config.json")), "hub_configs' json files are missing"
 
 
+def check_license_shipped() -> None:
+    from importlib.metadata import distribution
+
+    dist = distribution("wedlm-hf")
+    assert dist.metadata["License-Expression"] == "Apache-2.0", dist.metadata["License-Expression"]
+    license_file = next((path for path in dist.files if path.parts[-2:] == ("licenses", "LICENSE")), None)
+    assert license_file is not None, "LICENSE is not in the wheel's .dist-info/licenses/"
+    assert "Apache License" in license_file.read_text() and "END OF TERMS AND CONDITIONS" in license_file.read_text()
+
+
 def import_every_subpackage() -> None:
     import wedlm_hf as package
 
@@ -97,6 +107,7 @@ def serve_one_request_with_continuous_batching() -> None:
 def main() -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything it runs is shipped in the wheel or its extras
     check_installed_not_checkout()
+    check_license_shipped()
     import_every_subpackage()
     generate_with_each_embedded_model()
     serve_one_request_with_continuous_batching()
