@@ -1,8 +1,9 @@
 """What a draft-only adapter costs at decoding widths: adapted forward / base forward, interleaved, one run.
 
 A WeDLM window forward over a cached prompt feeds `width` new tokens per row; with mask slots (all but the first
-token are the mask) the adapter runs on those rows, without them (an adaptive lossless AR step, or any forward of
-observed tokens) it must cost nothing. Random adapter weights: the cost does not depend on what was learned.
+token, marked as the decoder marks them: `generation.mask_slots`) the adapter runs on those positions, without them
+(an adaptive lossless AR step, or any forward of observed tokens) it must cost nothing. Random adapter weights: the
+cost does not depend on what was learned.
 
     python scripts/draft_adapter_cost.py --threads 1 --targets q_proj k_proj v_proj o_proj gate_proj up_proj down_proj
 """
@@ -15,14 +16,16 @@ import torch
 from peft import get_peft_model
 
 from wedlm_hf.finetune.mask_token import unused_special_token
+from wedlm_hf.generation.mask_slots import forward_with_mask_slots
 from wedlm_hf.draft_adapter import draft_only_lora_config, gate_draft_only_adapters, linear_module_names
 from wedlm_hf.loading import load_model_and_tokenizer
 
 
-def timed_forward(model, cache_of, ids: torch.Tensor) -> float:
+def timed_forward(model, cache_of, ids: torch.Tensor, masks: int) -> float:
     cache = cache_of()
+    slots = torch.ones(ids.shape[0], masks, dtype=torch.bool)
     started = time.perf_counter()
-    model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=ids.shape[1])
+    forward_with_mask_slots(model, slots, input_ids=ids, cache=cache, use_cache=True, logits_to_keep=ids.shape[1])
     return time.perf_counter() - started
 
 
@@ -73,9 +76,9 @@ def main() -> None:
                         for arm in (("base", "adapted") if repeat % 2 else ("adapted", "base")):
                             if arm == "base":
                                 with model.disable_adapter():
-                                    seconds = timed_forward(inner, cache_of, ids)
+                                    seconds = timed_forward(inner, cache_of, ids, masks)
                             else:
-                                seconds = timed_forward(inner, cache_of, ids)
+                                seconds = timed_forward(inner, cache_of, ids, masks)
                             if repeat:  # the first round warms up
                                 times[arm].append(seconds)
                     base_ms, adapted_ms = (1000 * statistics.median(times[arm]) for arm in ("base", "adapted"))

@@ -1,7 +1,11 @@
 """Draft-only adapters (`wedlm_hf.draft_adapter`): the base model stays itself at every observed token, so lossless
-decoding with the adapter is the base model's greedy `generate()`; proved against the base with the adapter disabled."""
+decoding with the adapter is the base model's greedy `generate()`; proved against the base with the adapter disabled.
+The gate acts at the slots the decoder placed as masks (`generation.mask_slots`), never at a token that merely reads
+as the mask, and never outside WeDLM decoding."""
 
 import json
+import threading
+from contextvars import copy_context
 from types import SimpleNamespace
 
 import pytest
@@ -10,14 +14,22 @@ import torch
 peft = pytest.importorskip("peft")
 
 import wedlm_hf  # noqa: E402
+from patience import PATIENCE_S  # noqa: E402
 from tiny_models import MASK_ID, random_prompts, tiny_model  # noqa: E402
+from transformers import AutoModelForCausalLM, GenerationConfig  # noqa: E402
+from wedlm_hf.bench.syncs import SyncCounter  # noqa: E402
 from wedlm_hf.draft_adapter import (  # noqa: E402
     MERGE_REFUSED,
+    draft_only_defaults,
     draft_only_lora_config,
     draft_only_mask_id,
     gate_draft_only_adapters,
     linear_module_names,
 )
+from wedlm_hf.evaluation.default_decoding import lossless  # noqa: E402
+from wedlm_hf.evaluation.default_decoding import write_default_decoding  # noqa: E402
+from wedlm_hf.generation.mask_slots import MASK_SLOTS, MaskSlots, forward_with_mask_slots  # noqa: E402
+from wedlm_hf.loading import load_model_and_tokenizer  # noqa: E402
 from wedlm_hf.training import DualStreamCollator  # noqa: E402
 from wedlm_hf.training.draft_objective import draft_only_forward  # noqa: E402
 from wedlm_hf.training.objective import dual_stream_forward  # noqa: E402
@@ -51,10 +63,13 @@ def window_batch():
 def test_observed_tokens_keep_the_base_models_logits_and_cache(family):
     model = adapted(family)
     ids, attention, observed = window_batch()
+    slots = torch.ones(2, ids.shape[1] - observed, dtype=torch.bool)
     with torch.no_grad():
-        out = model(input_ids=ids, attention_mask=attention, use_cache=True)
+        out = forward_with_mask_slots(model, slots, input_ids=ids, attention_mask=attention, use_cache=True)
+        plain = model(input_ids=ids, attention_mask=attention)
         with model.disable_adapter():
             base = model(input_ids=ids, attention_mask=attention, use_cache=True)
+    assert torch.equal(plain.logits, base.logits)  # outside WeDLM decoding, mask tokens or not: the base model
     assert torch.equal(out.logits[:, :observed], base.logits[:, :observed])
     for layer, base_layer in zip(out.past_key_values.layers, base.past_key_values.layers):
         assert torch.equal(layer.keys[:, :, :observed], base_layer.keys[:, :, :observed])
@@ -65,6 +80,19 @@ def test_observed_tokens_keep_the_base_models_logits_and_cache(family):
         assert not torch.equal(ungated(input_ids=ids, attention_mask=attention).logits[:, :observed], base.logits[:, :observed])
 
 
+def test_the_adapter_acts_at_the_marked_slots_of_each_row_alone():
+    """Rows with fewer mask slots than the marked columns: their other columns stay the base model's."""
+    model = adapted("llama")
+    ids, attention, observed = window_batch()
+    slots = torch.tensor([[True, True, True, True], [False, False, True, True]])
+    with torch.no_grad():
+        out = forward_with_mask_slots(model, slots, input_ids=ids, attention_mask=attention).logits
+        with model.disable_adapter():
+            base = model(input_ids=ids, attention_mask=attention).logits
+    changed = (out - base).abs().amax(-1) > 0
+    assert torch.equal(changed[:, observed:], slots) and not changed[:, :observed].any()
+
+
 def test_a_forward_without_mask_slots_skips_the_adapter(monkeypatch):
     from wedlm_hf.draft_adapter import gate
 
@@ -73,13 +101,16 @@ def test_a_forward_without_mask_slots_skips_the_adapter(monkeypatch):
     linear = torch.nn.functional.linear
     monkeypatch.setattr(gate, "F", SimpleNamespace(linear=lambda *args: calls.append(1) or linear(*args)))
     ids, attention = random_prompts([6, 4], seed=5)
+    ids[0, -1] = MASK_ID  # reads as the mask, is no mask slot
     with torch.no_grad():
         out = model(input_ids=ids, attention_mask=attention).logits
         with model.disable_adapter():
             base = model(input_ids=ids, attention_mask=attention).logits
+        forward_with_mask_slots(model, torch.ones(2, 0, dtype=torch.bool), input_ids=ids, attention_mask=attention)
         assert calls == []
-        model(input_ids=torch.full((1, 2), MASK_ID))
+        forward_with_mask_slots(model, torch.ones(1, 2, dtype=torch.bool), input_ids=torch.full((1, 5), MASK_ID))
     assert torch.equal(out, base) and len(calls) == 2 * 7 * 2  # A and B of 7 projections in each of 2 layers
+    assert MASK_SLOTS.get() is None  # reset when the forward returned
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -135,13 +166,21 @@ def test_draft_only_training_forward_equals_the_joint_forward_without_ar_loss(fa
     fast.backward()
     fast_grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
     model.zero_grad()
-    joint, _, _ = dual_stream_forward(model, batch)
+    length = batch["input_ids"].shape[1] // 2
+    masked = torch.cat([torch.zeros(3, length, dtype=torch.bool), batch["input_ids"][:, length:] == MASK_ID], 1)
+    joint, _, _ = copy_context().run(with_mask_slots, masked, dual_stream_forward, model, batch)
     joint.backward()
     torch.testing.assert_close(fast, joint, rtol=1e-5, atol=1e-5)
     assert fast_grads and all(p.grad is not None for n, p in model.named_parameters() if p.requires_grad)
     for name, parameter in model.named_parameters():
         if parameter.requires_grad:
             torch.testing.assert_close(fast_grads[name], parameter.grad, rtol=1e-4, atol=1e-5)
+
+
+def with_mask_slots(mask: torch.Tensor, call, *args):
+    """`call(*args)` with the mask slots `mask` marks (the whole feed) set; run it in a copied context."""
+    MASK_SLOTS.set(MaskSlots(mask[..., None], mask.shape[1]))
+    return call(*args)
 
 
 def test_smollm2_with_a_draft_only_adapter_is_smollm2_at_every_observed_token():
@@ -162,7 +201,7 @@ def test_smollm2_with_a_draft_only_adapter_is_smollm2_at_every_observed_token():
     probe = torch.cat([inputs["input_ids"], torch.full((2, 3), mask_id)], 1)
     observed = inputs["input_ids"].shape[1]
     with torch.inference_mode():
-        logits = model(input_ids=probe).logits
+        logits = forward_with_mask_slots(model, torch.ones(2, 3, dtype=torch.bool), input_ids=probe).logits
         lossless = model.generate(**inputs, decoding="wedlm", wedlm_lossless=True, max_new_tokens=20)
         with model.disable_adapter():
             base_logits = model(input_ids=probe).logits
@@ -205,3 +244,126 @@ def test_batch_jobs_and_the_continuous_batcher_return_the_base_models_greedy_out
     with ContinuousBatcher(inner, config, max_batch_size=2) as batcher:
         handles = [batcher.submit(p, b) for p, b in zip(prompts, budgets)]
         assert [handle.result().tokens for handle in handles] == greedy
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_prompt_holding_the_mask_token_is_decoded_as_the_base_model_decodes_it(family):
+    """A user may type the mask token (SmolLM2's is `<empty_output>`): it is an observed token like any other."""
+    model = wedlm_hf.enable(adapted(family))
+    ids, attention = random_prompts([9, 6], seed=11)
+    ids[0, 3] = ids[1, -2] = MASK_ID
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=ids, attention_mask=attention, decoding="wedlm", wedlm_lossless=True, max_new_tokens=16,
+            return_dict_in_generate=True,
+        )
+        with model.disable_adapter():
+            greedy = model.generate(input_ids=ids, attention_mask=attention, max_new_tokens=16, do_sample=False)
+    assert torch.equal(out.sequences, greedy)
+    assert out.wedlm_stats.summary()["drafted"] > 0
+
+
+def test_wedlm_and_ar_from_two_threads_on_one_gated_model_equal_their_lone_runs():
+    """The demo's set-up: WeDLM on one side, AR on the other, one model; neither sees the other's mask slots."""
+    model = wedlm_hf.enable(adapted("qwen3"))
+    ids, attention = random_prompts([6, 4], seed=3)
+    runs = {"wedlm": dict(decoding="wedlm", wedlm_lossless=True, wedlm_window_size=8), "ar": dict(decoding="ar")}
+
+    def generate(options: dict) -> torch.Tensor:
+        with torch.no_grad():
+            return model.generate(input_ids=ids, attention_mask=attention, max_new_tokens=16, **options)
+
+    lone = {name: generate(options) for name, options in runs.items()}
+    with torch.no_grad(), model.disable_adapter():
+        assert torch.equal(lone["ar"], model.generate(input_ids=ids, attention_mask=attention, max_new_tokens=16))
+    outputs, errors, start = {name: [] for name in runs}, [], threading.Barrier(len(runs))
+
+    def side(name: str) -> None:
+        try:
+            start.wait()
+            for _ in range(4):
+                outputs[name].append(generate(runs[name]))
+        except Exception as error:  # reported below, on the test's thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=side, args=(name,)) for name in runs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=PATIENCE_S)
+    assert not errors, errors
+    for name in runs:
+        assert len(outputs[name]) == 4 and all(torch.equal(out, lone[name]) for out in outputs[name]), name
+
+
+def test_the_gate_reads_nothing_on_the_host(monkeypatch):
+    """No `nonzero` or other host read per forward: decoding with the adapter keeps the loop's syncs per step."""
+    from test_syncs import SYNCS_PER_STEP
+
+    model = wedlm_hf.enable(adapted("llama"))
+    ids, attention = random_prompts([7, 5], seed=4)
+    counter = SyncCounter()
+    with counter.patched(monkeypatch), torch.no_grad():
+        out = model.generate(
+            input_ids=ids, attention_mask=attention, decoding="wedlm", wedlm_lossless=True, max_new_tokens=24,
+            return_dict_in_generate=True,
+        )
+    steps = out.wedlm_stats.model_calls
+    assert steps > 3 and counter.count / steps <= SYNCS_PER_STEP, sorted(set(counter.where))
+    assert not {"nonzero", "torch.nonzero"} & set(counter.where)
+
+
+def saved_adapter(folder) -> tuple:
+    """A tiny base folder (model and tokenizer) and a draft-only adapter folder over it whose generation config
+    makes lossless WeDLM with every slot drafted its default, written as `wedlm-hf finetune` writes it."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    base_folder, adapter_folder = folder / "base", folder / "adapter"
+    words = Tokenizer(models.WordLevel({f"<{i}>": i for i in range(MASK_ID + 1)}, unk_token="<3>"))
+    words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=words, pad_token="<0>", eos_token="<2>").save_pretrained(base_folder)
+    tiny_model("llama").save_pretrained(base_folder)  # the base `adapted` wraps
+    model = adapted("llama", gated=False)
+    model.peft_config["default"].base_model_name_or_path = str(base_folder)
+    model.save_pretrained(adapter_folder)
+    GenerationConfig(
+        eos_token_id=2, pad_token_id=0, do_sample=False, decoding="wedlm", mask_token_id=MASK_ID,
+        suppress_tokens=[MASK_ID], wedlm_draft_schedule="full",
+    ).save_pretrained(adapter_folder)
+    write_default_decoding(adapter_folder, lossless("chosen by the test"))
+    return base_folder, adapter_folder
+
+
+def test_a_draft_only_adapter_decodes_as_its_folder_says_however_it_is_loaded(tmp_path):
+    """`generate()` without `decoding=` runs the folder's default (lossless WeDLM, every slot drafted): the same
+    forwards as asking for it, not AR's, whether loaded by wedlm_hf, by PEFT or by transformers."""
+    base_folder, folder = saved_adapter(tmp_path)
+    assert draft_only_defaults(json.loads((folder / "adapter_config.json").read_text()))["wedlm_lossless"] is True
+    ids, attention = random_prompts([7, 5], seed=9)
+    ways = {
+        "wedlm_hf.loading": lambda: load_model_and_tokenizer(str(folder))[0],
+        "PeftModel": lambda: peft.PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_folder), folder),
+        "transformers": lambda: AutoModelForCausalLM.from_pretrained(folder),
+    }
+    defaults = {}
+    for way, load in ways.items():
+        model = wedlm_hf.enable(load())
+        widths = []
+        inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+        hook = inner.register_forward_pre_hook(
+            lambda module, args, kwargs: widths.append(kwargs["input_ids"].shape[1]), with_kwargs=True
+        )
+
+        def forwards(**options) -> tuple[torch.Tensor, list[int]]:
+            widths.clear()
+            with torch.no_grad():
+                out = model.generate(input_ids=ids, attention_mask=attention, max_new_tokens=12, **options)
+            return out, list(widths)
+
+        default, explicit, ar = forwards(), forwards(decoding="wedlm", wedlm_lossless=True), forwards(decoding="ar")
+        hook.remove()
+        assert default[1] == explicit[1] != ar[1], way
+        assert torch.equal(default[0], explicit[0]) and torch.equal(default[0], ar[0]), way
+        defaults[way] = default[1]
+    assert len({tuple(widths) for widths in defaults.values()}) == 1  # every slot drafted in each: the folder's schedule

@@ -26,6 +26,7 @@ from wedlm_hf.cli import main as wedlm_hf_cli
 from wedlm_hf.finetune import FinetuneOptions, finetune, mask_token
 from wedlm_hf.finetune.data import build_rows, read_records
 from wedlm_hf.finetune.mask_token import ensure_mask_token, unused_special_token
+from wedlm_hf.generation.mask_slots import forward_with_mask_slots
 from wedlm_hf.loading import load_model_and_tokenizer, pretrained_path
 from wedlm_hf.training import DualStreamCollator
 
@@ -305,16 +306,18 @@ def test_lora_writes_a_draft_only_adapter_that_loads_three_ways_with_the_gate_on
     with_transformers = wedlm_hf.enable(AutoModelForCausalLM.from_pretrained(output))  # 3. PEFT integration
     for model in (loaded, with_peft, with_transformers):
         with torch.no_grad():
-            logits = model(probe).logits
+            logits = forward_with_mask_slots(model, torch.ones(2, 3, dtype=torch.bool), input_ids=probe).logits
             lossless = model.generate(**ids, decoding="wedlm", wedlm_lossless=True, max_new_tokens=12)
         assert torch.equal(logits[:, :observed], base_logits[:, :observed])
         assert not torch.allclose(logits[:, observed:], base_logits[:, observed:])  # the trained adapter drafts
+        assert model.generation_config.wedlm_lossless is True  # the folder's default, however it was loaded
         assert torch.equal(lossless, greedy)
     by_path = pretrained_path(str(output))  # for code that loads by path (serve): base + adapter, gated by enable
     served = wedlm_hf.enable(AutoModelForCausalLM.from_pretrained(by_path))
     assert served.generation_config.wedlm_lossless is True  # the adapter's generation config, as serve needs it
     with torch.no_grad():
-        assert torch.equal(served(probe).logits, loaded(probe).logits)
+        slots = torch.ones(2, 3, dtype=torch.bool)
+        assert torch.equal(*(forward_with_mask_slots(m, slots, input_ids=probe).logits for m in (served, loaded)))
         assert torch.equal(served.generate(**ids, max_new_tokens=12), greedy)  # its default: lossless WeDLM
     assert wedlm_hf_cli(["finetune", str(tiny_llama), "--data", str(counting_data), "--output-dir", "o", "--lora-r", "4", "--merge"]) == 1
 

@@ -3,13 +3,23 @@ greedy output while the adapter proposes the drafts (docs/finetune.md). Importin
 a model does."""
 
 from .attach import gate_draft_only_adapters
-from .config import MERGE_REFUSED, draft_only_lora_config, draft_only_mask_id, linear_module_names, unwrapped
+from .config import (
+    MERGE_REFUSED,
+    draft_only_defaults,
+    draft_only_lora_config,
+    draft_only_mask_id,
+    linear_module_names,
+    record_decoding_defaults,
+    unwrapped,
+)
 
 __all__ = [
     "MERGE_REFUSED",
+    "draft_only_defaults",
     "draft_only_lora_config",
     "draft_only_mask_id",
     "gate_draft_only_adapters",
     "linear_module_names",
+    "record_decoding_defaults",
     "unwrapped",
 ]

@@ -1,10 +1,16 @@
-"""The gate: a LoRA delta added to the rows whose input token is the mask id, and to no other row.
+"""The gate: a LoRA delta added at the slots the decoder placed as masks, and at no other position.
 
 In a WeDLM forward every observed token (prompt, committed tokens, drafts under verification) is fed before every
-mask slot and attention is causal, so when only mask rows change, every observed token's hidden states, K/V and
+mask slot and attention is causal, so when only mask slots change, every observed token's hidden states, K/V and
 next-token logits are the base model's, bit for bit. Lossless verification then compares each draft with the base
-model's own argmax. The delta is computed for the mask rows alone (gathered, two small matmuls, scattered back
-with the LoRA scaling folded into the scatter: four ops a layer), so a forward without a mask slot (an AR step, a
+model's own argmax.
+
+The gate is decided by the decoder, not by the token: the decoder (and the draft-only training objective) hands the
+forward's mask slots down in `generation.mask_slots.MASK_SLOTS`, a context variable, because a token test would
+also fire on a mask token the user typed in the prompt, and a hook or attribute on the model would be shared by
+every thread decoding it. The mask slots are a suffix of each row's feed, so the delta is computed on a static slice
+of the last positions (two small matmuls, then one fused multiply-add that zeroes the rows' non-mask positions):
+its cost follows the mask slots, with no host read. A forward without mask slots (plain `generate()`, an AR step, a
 memory stream in training) skips the adapter's arithmetic altogether.
 """
 
@@ -12,64 +18,13 @@ import torch
 import torch.nn.functional as F
 from peft.tuners.lora.layer import LoraVariant
 
+from ..generation.mask_slots import MASK_SLOTS
 from .config import MERGE_REFUSED
-
-
-
-class MaskRows:
-    """Which rows (flattened batch x sequence) of the forward in progress hold the mask token.
-
-    Found once per forward, from the input ids the embedding layer receives, and read by every gated layer: one
-    `nonzero` per forward rather than one per layer. A forward fed `inputs_embeds` has no token ids, hence no mask
-    rows: it runs on the base weights.
-    """
-
-    def __init__(self, mask_token_id: int):
-        self.mask_token_id = mask_token_id
-        self.index: torch.Tensor | None = None
-        self.shape: torch.Size | None = None
-        self.handles: list = []
-
-    def install(self, model: torch.nn.Module) -> "MaskRows":
-        """Watch `model`'s decoder (forgets the last forward's rows) and its input embeddings (finds this one's)."""
-        decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
-        self.handles = [
-            decoder.register_forward_pre_hook(self._forget),
-            model.get_input_embeddings().register_forward_pre_hook(self._find),
-        ]
-        return self
-
-    def remove(self) -> None:
-        for handle in self.handles:
-            handle.remove()
-        self.handles = []
-
-    def _forget(self, module, args) -> None:
-        self.index, self.shape = None, None
-
-    def _find(self, module, args) -> None:
-        input_ids = args[0]
-        self.shape = input_ids.shape
-        self.index = (input_ids.reshape(-1) == self.mask_token_id).nonzero().squeeze(1)
-
-    def of(self, x: torch.Tensor) -> torch.Tensor | None:
-        """The mask rows of `x` (batch x sequence x features, or tokens x features), or None when there are none."""
-        if self.index is None or self.index.numel() == 0:
-            return None
-        if x.shape[:-1].numel() != self.shape.numel():  # batch x sequence, or the two flattened into one
-            raise RuntimeError(
-                f"a draft-only adapter layer got input of shape {tuple(x.shape)} in a forward whose input ids are "
-                f"{tuple(self.shape)}: the gate needs one row per input token (mixed-adapter batches are not supported)"
-            )
-        return self.index
 
 
 class DraftOnlyLora(LoraVariant):
     """PEFT's LoRA variant hook (`lora_variant`), used as PEFT's own DoRA is: same weights and file format, a
-    forward that adds the low-rank delta at mask rows only, and merging refused."""
-
-    def __init__(self, rows: MaskRows):
-        self.rows = rows
+    forward that adds the low-rank delta at the forward's mask slots only, and merging refused."""
 
     def supports_lora_conversion(self) -> bool:
         return False
@@ -79,17 +34,23 @@ class DraftOnlyLora(LoraVariant):
         """Nothing beyond plain LoRA's weights."""
 
     def forward(self, module, active_adapter: str, x: torch.Tensor, result: torch.Tensor, **kwargs) -> torch.Tensor:
-        index = self.rows.of(x)
-        if index is None:
+        slots = MASK_SLOTS.get()
+        if slots is None:
             return result
-        rows = x.reshape(-1, x.shape[-1]).index_select(0, index)
-        dropout = module.lora_dropout[active_adapter]
-        if not isinstance(dropout, torch.nn.Identity):
-            rows = dropout(rows)
+        rows, columns = slots.mask.shape[:2]
+        if x.shape[:-1].numel() != rows * slots.length:  # batch x sequence, or the two flattened into one
+            raise RuntimeError(
+                f"a draft-only adapter layer got input of shape {tuple(x.shape)} in a forward of {rows} rows of "
+                f"{slots.length} positions: the gate needs one row per input position (mixed-adapter batches and "
+                "routed experts are not supported)"
+            )
+        tail = x.reshape(rows, slots.length, x.shape[-1])[:, slots.length - columns :]
+        tail = module.lora_dropout[active_adapter](tail)
         lora_a, lora_b = module.lora_A[active_adapter], module.lora_B[active_adapter]
-        delta = F.linear(F.linear(rows, lora_a.weight), lora_b.weight, lora_b.bias)
-        flat = result.reshape(-1, result.shape[-1])
-        return flat.index_add(0, index, delta.to(result.dtype), alpha=module.scaling[active_adapter]).view(result.shape)
+        delta = F.linear(F.linear(tail, lora_a.weight), lora_b.weight, lora_b.bias)
+        target = result.view(rows, slots.length, result.shape[-1])[:, slots.length - columns :]
+        target.addcmul_(delta, slots.mask, value=module.scaling[active_adapter])
+        return result
 
     @staticmethod
     def merge_safe(module, active_adapter: str, orig_weight: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from transformers import GenerationConfig
 
+from ..draft_adapter import record_decoding_defaults
 from ..generation.options import BY_SETTING
 from .evaluate import DEFAULT_THRESHOLDS
 from .report import LOSSLESS, LOSSLESS_LOOKUP, EvaluationReport, plain_name
@@ -124,8 +125,10 @@ def decide_default_decoding(
 
 
 def write_default_decoding(output_dir: str | Path, decoding: DefaultDecoding) -> None:
-    """Rewrite `output_dir`'s generation_config.json with `decoding`'s keywords, the rest of it unchanged."""
+    """Rewrite `output_dir`'s generation_config.json with `decoding`'s keywords, the rest of it unchanged (a
+    draft-only adapter's marker gets its decoding defaults too, for loading by PEFT or transformers)."""
     config = GenerationConfig.from_pretrained(output_dir)
     for keyword, value in decoding.keywords.items():
         setattr(config, keyword, value)
     config.save_pretrained(output_dir)
+    record_decoding_defaults(output_dir)

@@ -26,6 +26,8 @@ from transformers import AttentionInterface, PreTrainedConfig
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
+from .mask_slots import forward_with_mask_slots
+
 WINDOW_SDPA = "wedlm_window_sdpa"
 MASK_IMPLEMENTATIONS = ("sdpa", WINDOW_SDPA, "eager")
 """Attention implementations that take a prebuilt 4D mask: boolean (SDPA and the window attention) or additive
@@ -87,10 +89,13 @@ def choose_window_attention(model: torch.nn.Module) -> None:
 
 def window_forward(
     call, cache, input_ids: torch.Tensor, attention_mask, position_ids: torch.Tensor, logits_to_keep: int,
-    **attention_kwargs,
+    mask_slots: torch.Tensor, **attention_kwargs,
 ) -> torch.Tensor:
-    """The logits of one window forward through `call` (the model, or its compiled call) into `cache`."""
-    return call(
+    """The logits of one window forward through `call` (the model, or its compiled call) into `cache`, its last
+    `mask_slots.shape[1]` columns marked per row as mask slots or not (`mask_slots.forward_with_mask_slots`)."""
+    return forward_with_mask_slots(
+        call,
+        mask_slots,
         input_ids=input_ids,
         attention_mask=attention_mask,
         position_ids=position_ids,

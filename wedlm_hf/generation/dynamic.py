@@ -39,10 +39,15 @@ class DynamicBackend:
         self.cache.join(other.cache)
 
     def forward(
-        self, input_ids: torch.Tensor, position_ids: torch.Tensor, window_live: torch.Tensor, logits_to_keep: int
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        window_live: torch.Tensor,
+        mask_slots: torch.Tensor,
+        logits_to_keep: int,
     ) -> torch.Tensor:
         """The model's forward over the fed columns (`window_live`: the live window slots among them), under the
-        step's prebuilt mask; returns the logits of the last `logits_to_keep` columns."""
+        step's prebuilt mask (`mask_slots`: which of the last columns are mask slots); returns the logits of the last `logits_to_keep` columns."""
         model, past_length = self.model, self.cache.get_seq_length()
         attention_mask = None
         if input_ids.shape[1] > 1 or not self.all_keys_valid:
@@ -51,4 +56,4 @@ class DynamicBackend:
             )
         batch_size, fed = input_ids.shape
         lengths = flash_sequence_lengths(model.config, batch_size, fed, past_length, input_ids.device)
-        return window_forward(model, self.cache, input_ids, attention_mask, position_ids, logits_to_keep, **lengths)
+        return window_forward(model, self.cache, input_ids, attention_mask, position_ids, logits_to_keep, mask_slots, **lengths)

@@ -56,8 +56,15 @@ class ForwardBackend(Protocol):
         """Append the rows of `other` (a backend of the same kind), e.g. their cached K/V."""
 
     def forward(
-        self, input_ids: torch.Tensor, position_ids: torch.Tensor, window_live: torch.Tensor, logits_to_keep: int
-    ) -> torch.Tensor: ...
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        window_live: torch.Tensor,
+        mask_slots: torch.Tensor,
+        logits_to_keep: int,
+    ) -> torch.Tensor:
+        """The logits of the last `logits_to_keep` fed columns; `mask_slots` (rows, columns) marks which of the last
+        columns are mask slots (`mask_slots.forward_with_mask_slots`, for layers that act there alone)."""
 
 
 @dataclass
@@ -111,11 +118,13 @@ def feed(
 ) -> Forward:
     """One forward over each row's first `plan.length` slots (the backend's width): filled slots first, mask slots
     last, dead slots (rows shorter than the longest) at the end; RoPE keeps each slot's logical position. Only the
-    logits the policy needs are computed: the mask columns (physically last), or every column."""
+    logits the policy needs are computed: the mask columns (physically last), or every column. The backend learns
+    which of the mask columns hold each row's mask slots (none in a prompt, however its tokens read)."""
     fed, mask_columns = backend.shape(sync.fed, sync.mask_columns)
     keep = fed if plan.all_columns else mask_columns
     order, live = feed_order(plan.filled, layout, plan.length)
     fed_order = order[:, :fed]
+    mask_slots = (live & ~plan.filled).gather(1, fed_order[:, fed - mask_columns :])
     input_ids = state.window.gather(1, fed_order)
     position_ids = (state.first_position + plan.start)[:, None] + fed_order
     fed_live = live[:, :fed]
@@ -125,7 +134,7 @@ def feed(
         position_ids = torch.cat([state.prompt_positions, position_ids], dim=1)
         state.prompt = state.prompt_positions = None
     # with the prompt, one more column: the last prompt token's logits, the AR prediction of the first new token
-    logits = backend.forward(input_ids, position_ids, fed_live, logits_to_keep=keep + int(with_prompt))
+    logits = backend.forward(input_ids, position_ids, fed_live, mask_slots, logits_to_keep=keep + int(with_prompt))
     if layout.suppressed is not None:
         logits = logits.index_fill(-1, layout.suppressed, float("-inf"))
     record.steps += 1

@@ -150,16 +150,22 @@ class StaticBackend:
         )
 
     def forward(
-        self, input_ids: torch.Tensor, position_ids: torch.Tensor, window_live: torch.Tensor, logits_to_keep: int
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        window_live: torch.Tensor,
+        mask_slots: torch.Tensor,
+        logits_to_keep: int,
     ) -> torch.Tensor:
         """The forward over every row of the batch (finished rows feed dead mask slots at position 0) under the
         cache's own 4D mask; returns the logits of the rows still decoding."""
         rows, batch_size = self.cache.rows, self.cache.committed.shape[0]
         all_ids = input_ids.new_full((batch_size, input_ids.shape[1]), self.mask_id).index_copy(0, rows, input_ids)
         all_positions = position_ids.new_zeros(all_ids.shape).index_copy(0, rows, position_ids)
+        all_slots = mask_slots.new_zeros((batch_size, mask_slots.shape[1])).index_copy(0, rows, mask_slots)
         attention_mask = self.cache.begin_forward(window_live)
         forward = self.compiled_call if self.compiled_call is not None and self.cache.prefilled else self.model
-        logits = window_forward(forward, self.cache, all_ids, attention_mask, all_positions, logits_to_keep)
+        logits = window_forward(forward, self.cache, all_ids, attention_mask, all_positions, logits_to_keep, all_slots)
         return logits.index_select(0, rows)  # a copy: a CUDA graph's output is overwritten by its next replay
 
 

@@ -4,8 +4,10 @@ With the base frozen and the adapter acting at mask slots alone, the memory stre
 forward: it needs no autograd and no logits. It runs once under `no_grad` into a cache, and the prediction stream
 xt attends to those K/V as it would inside the joint 2L forward (same 4D mask rows, same positions). Only masked
 slots carry a loss, so only their hidden states go through the LM head (SmolLM2's 49k-row head is a large share of
-its FLOPs). The AR loss is dropped: it would train nothing. The loss equals `dual_stream_loss` of the joint forward
-with `ar_weight=0` (tests/test_draft_adapter.py checks it).
+its FLOPs). The AR loss is dropped: it would train nothing. The adapter acts at the slots the collator masked,
+handed down as the decoder hands down its own (`generation.mask_slots`), so a mask token in the data is an observed
+token here as in decoding. The loss equals `dual_stream_loss` of the joint forward with `ar_weight=0`
+(tests/test_draft_adapter.py checks it).
 """
 
 import torch
@@ -13,6 +15,7 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 from ..draft_adapter import unwrapped
+from ..generation.mask_slots import forward_with_mask_slots
 from .objective import IGNORE_INDEX
 
 
@@ -30,12 +33,12 @@ def draft_only_forward(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -
             input_ids=input_ids[:, :length], position_ids=positions[:, :length],
             attention_mask=mask[:, :, :length, :length], cache=cache, use_cache=True,
         )
-    hidden = decoder(
-        input_ids=input_ids[:, length:], position_ids=positions[:, length:],
+    labels, weights = batch["labels"][:, length:], batch["loss_weights"][:, length:]
+    masked = labels != IGNORE_INDEX  # the collator's mask slots: the only positions with a label
+    hidden = forward_with_mask_slots(
+        decoder, masked, input_ids=input_ids[:, length:], position_ids=positions[:, length:],
         attention_mask=mask[:, :, length:, :], cache=cache, use_cache=True,
     ).last_hidden_state
-    labels, weights = batch["labels"][:, length:], batch["loss_weights"][:, length:]
-    masked = labels != IGNORE_INDEX
     logits = causal_lm.get_output_embeddings()(hidden[masked])
     softcap = getattr(causal_lm.config.get_text_config(), "final_logit_softcapping", None)
     if softcap:
