@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 
 import wedlm_hf
-from wedlm_hf.commands.generate_batch import add_batch_arguments, run_batch, uses_batch_mode
 from wedlm_hf.batch.padded import ar_finish_reason, eos_token_ids
+from wedlm_hf.commands.generate_batch import add_batch_arguments, run_batch, uses_batch_mode
 from wedlm_hf.commands.options import add_wedlm_arguments, given_flags, wedlm_keywords
 from wedlm_hf.commands.placement import add_threads_argument, resolve_device
 from wedlm_hf.generation.validation import position_limit_error
