@@ -136,8 +136,10 @@ def test_a_device_this_machine_lacks_is_one_line_naming_cpu(capsys, monkeypatch,
     (tmp_path / "in.jsonl").write_text('{"prompt": "x"}\n')
     batch = ["--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.jsonl")]
     for argv, line in [
-        (["generate", "x", "--device", "cuda"], "--device cuda: this torch has no CUDA or sees no CUDA device; use --device cpu"),
-        (["generate", "x", "--device", "mps"], "--device mps: Apple's MPS backend is not available on this machine; use --device cpu"),
+        (["generate", "x", "--device", "cuda"], "--device cuda: this torch has no CUDA or sees no CUDA device; use "
+         "--device cpu"),
+        (["generate", "x", "--device", "mps"], "--device mps: Apple's MPS backend is not available on this machine; "
+         "use --device cpu"),
         (["generate", *batch, "--device", "cuda:0"], "--device cuda:0: this torch has no CUDA"),
         (["serve", "--device", "cuda", "--port", "1"], "--device cuda: this torch has no CUDA"),
     ]:

@@ -101,7 +101,8 @@ def test_a_bad_line_exits_as_docs_batch_md_says(capsys, tmp_path):
     output.write_text("kept\n")
     code, out, err = run(capsys, "generate", "--input", str(source), "--output", str(output), "--overwrite")
     assert code == int(sentence.group(1)) == 1
-    assert err.startswith(f"wedlm-hf generate: error: {source} line 2: unknown key 'temprature'") and err.count("\n") == 1
+    assert err.startswith(f"wedlm-hf generate: error: {source} line 2: unknown key 'temprature'")
+    assert err.count("\n") == 1
     assert output.read_text() == "kept\n"  # not touched
 
 
