@@ -219,27 +219,33 @@ def test_streamer_put_count_equals_generated_tokens():
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
-def test_prebuilt_masks_match_reference_and_the_window_attention_is_chosen_once(attn, monkeypatch):
-    """Window forwards get a prebuilt 4D mask (additive for eager, boolean for SDPA, where the registered window
-    attention keeps grouped K/V grouped); tokens equal the cache-free reference. An SDPA model's attention becomes
-    the window attention at `enable`, and no forward switches it."""
+def test_prebuilt_masks_match_reference_and_window_attention_is_asked_per_call(attn, monkeypatch):
+    """Window forwards get a prebuilt 4D mask (additive for eager, boolean for SDPA); tokens equal the cache-free
+    reference. An SDPA model's window forwards ask for the window attention in every attention call, which then
+    runs SDPA in grouped-query mode, and the model's `attn_implementation` stays what it was set to."""
     from wedlm_hf.generation import attention
 
-    model = tiny_model("qwen3", seed=5, peak=40, attn=attn)
-    window_calls = []
-    original = attention.window_sdpa_attention
+    model = tiny_model("qwen3", seed=5, peak=40, attn=attn)  # 4 query heads on 2 K/V heads
+    window_calls, grouped = [], []
+    registered = transformers.AttentionInterface._global_mapping["sdpa"]
+    sdpa = torch.nn.functional.scaled_dot_product_attention
 
     def counting(*args, **kwargs):
-        window_calls.append(model.config._attn_implementation)
-        return original(*args, **kwargs)
+        window_calls.append((model.config._attn_implementation, kwargs.get(attention.WINDOW_ATTENTION)))
+        return registered(*args, **kwargs)
 
-    monkeypatch.setitem(transformers.AttentionInterface._global_mapping, attention.WINDOW_SDPA, counting)
+    def counting_sdpa(*args, **kwargs):
+        grouped.append(kwargs.get("enable_gqa", False))
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setitem(transformers.AttentionInterface._global_mapping, "sdpa", counting)
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counting_sdpa)
     input_ids, attention_mask = random_prompts([4, 9], seed=5)
     output = wedlm_generate(model, input_ids, attention_mask, wedlm_entropy_threshold=1.0)
-    chosen = attention.WINDOW_SDPA if attn == "sdpa" else attn
-    assert set(window_calls) <= {chosen} and model.config._attn_implementation == chosen
+    assert model.config._attn_implementation == attn
     forwards = model.config.num_hidden_layers * output.wedlm_stats.model_calls
-    assert len(window_calls) == (forwards if attn == "sdpa" else 0)
+    assert window_calls == ([("sdpa", True)] * forwards if attn == "sdpa" else [])
+    assert grouped == ([True] * forwards if attn == "sdpa" else [])
     for row in range(2):
         prompt = input_ids[row][attention_mask[row].bool()].tolist()
         expected, _ = reference_decode(model, prompt, MAX_NEW, MASK_ID, [EOS_ID], 16, 1.0, 0.02)

@@ -1,18 +1,47 @@
 """WeDLM's model classes behave as transformers' own Qwen2/Qwen3 classes do for callers other than the decoder:
-the deprecated `past_key_values` name, padding-free packed batches, and tensor-parallel plans."""
+the attention implementation asked for, the deprecated `past_key_values` name, padding-free packed batches, and
+tensor-parallel plans."""
 
 import pytest
 import torch
-from tiny_models import tiny_model
-from transformers import DataCollatorWithFlattening, DynamicCache
+from test_decoding import MAX_NEW, continuation, wedlm_generate
+from tiny_models import EOS_ID, MASK_ID, random_prompts, tiny_model
+from transformers import AutoModelForCausalLM, DataCollatorWithFlattening, DynamicCache
 from transformers.distributed import tensor_parallel
 from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging
 
+import wedlm_hf
 from wedlm_hf import WeDLMConfig
+from wedlm_hf.generation.attention import WINDOW_ATTENTION, window_attention_kwargs
+from wedlm_hf.generation.reference import reference_decode
 
 LAYOUTS = ["wedlm", "wedlm-qwen2"]
 SEQUENCES = [[5, 9, 14, 3, 7, 22], [11, 12, 13], [40, 41, 42, 43]]
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("family", ["wedlm", "wedlm-qwen2", "llama"])
+def test_attn_implementation_reads_back_as_asked_and_decoding_stays_wedlm(family, attn, tmp_path):
+    """`from_pretrained(..., attn_implementation=...)` reads back as asked (the config and every attention
+    module's), for WeDLM models and a stock Llama enabled for WeDLM, before and after WeDLM decoding; SDPA window
+    forwards still ask for the window attention, and the tokens are the cache-free reference's."""
+    tiny_model(family, seed=7, peak=40).save_pretrained(tmp_path)
+    model = wedlm_hf.enable(AutoModelForCausalLM.from_pretrained(tmp_path, attn_implementation=attn))
+
+    def read_back() -> set:
+        configs = [model.config] + [m.config for m in model.modules() if type(m).__name__.endswith("Attention")]
+        return {value for c in configs for value in (c._attn_implementation, c._attn_implementation_internal)}
+
+    assert read_back() == {attn}
+    assert window_attention_kwargs(model) == ({WINDOW_ATTENTION: True} if attn == "sdpa" else {})
+    input_ids, attention_mask = random_prompts([5, 9], seed=7)
+    output = wedlm_generate(model, input_ids, attention_mask, wedlm_entropy_threshold=1.0)
+    assert read_back() == {attn}
+    for row in range(2):
+        prompt = input_ids[row][attention_mask[row].bool()].tolist()
+        expected, _ = reference_decode(model, prompt, MAX_NEW, MASK_ID, [EOS_ID], 16, 1.0, 0.02)
+        assert continuation(output, row, input_ids.shape[1]) == expected
 
 
 @pytest.mark.parametrize("family", LAYOUTS)

@@ -12,26 +12,25 @@ A window forward's mask is prebuilt here in the 4D form the SDPA and eager atten
 over a cache otherwise always takes the full mask-building path, with a host sync in it).
 
 With a mask, transformers' SDPA function copies K/V per query head (`repeat_kv`): it enables SDPA's grouped-query
-mode only without a mask, because CUDA's masked kernels lack it. On the CPU the masked kernel has it, so an SDPA
-model runs `WINDOW_SDPA`, an attention function registered with transformers' `AttentionInterface` (and
-`AttentionMaskInterface`, as SDPA's) that is SDPA in every other case. It is chosen once per model
-(`choose_window_attention`, at `enable` and when a WeDLM model is built), never switched per forward, so threads
-decoding one model (WeDLM and AR side by side) never see each other's attention implementation.
+mode only without a mask, because CUDA's masked kernels lack it. On the CPU the masked kernel has it, so window
+forwards pass `WINDOW_ATTENTION=True` down to their attention calls, and the SDPA function registered here with
+transformers' `AttentionInterface` (the one registered before it, unless that keyword is set) keeps K/V grouped.
+The keyword travels with each call, so the model's `attn_implementation` stays what its user asked for, and
+threads decoding one model (WeDLM and AR side by side) never see each other's attention.
 """
 
 import inspect
 
 import torch
 from transformers import AttentionInterface, PreTrainedConfig
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .mask_slots import forward_with_mask_slots
 
-WINDOW_SDPA = "wedlm_window_sdpa"
-MASK_IMPLEMENTATIONS = ("sdpa", WINDOW_SDPA, "eager")
-"""Attention implementations that take a prebuilt 4D mask: boolean (SDPA and the window attention) or additive
-(eager)."""
+WINDOW_ATTENTION = "wedlm_window_attention"
+"""The keyword a window forward passes down to the model's attention calls (`window_attention_kwargs`)."""
+MASK_IMPLEMENTATIONS = ("sdpa", "eager")
+"""Attention implementations that take a prebuilt 4D mask: boolean (SDPA) or additive (eager)."""
 
 
 def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -40,26 +39,29 @@ def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
 
 
-def window_sdpa_attention(module: torch.nn.Module, query, key, value, attention_mask, **kwargs):
-    """SDPA with grouped-query K/V kept grouped under a prebuilt boolean 4D mask, on the CPU; transformers' own
-    SDPA function in every other case."""
-    groups = getattr(module, "num_key_value_groups", 1)
+_registered_sdpa = ALL_ATTENTION_FUNCTIONS["sdpa"]
+
+
+def sdpa_attention(module: torch.nn.Module, query, key, value, attention_mask, **kwargs):
+    """The SDPA function registered before this one (transformers' own, unless replaced), except in a window
+    forward (`WINDOW_ATTENTION`) on the CPU under a boolean mask: there SDPA keeps grouped-query K/V grouped."""
+    window = kwargs.pop(WINDOW_ATTENTION, False)
     if (
-        groups == 1
+        not window
+        or getattr(module, "num_key_value_groups", 1) == 1
         or query.device.type != "cpu"
         or attention_mask is None
         or attention_mask.dtype != torch.bool
         or kwargs.get("position_bias") is not None
     ):
-        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+        return _registered_sdpa(module, query, key, value, attention_mask, **kwargs)
     output = torch.nn.functional.scaled_dot_product_attention(
         query, key, value, attn_mask=attention_mask, scale=kwargs.get("scaling"), enable_gqa=True
     )
     return output.transpose(1, 2).contiguous(), None
 
 
-AttentionInterface.register(WINDOW_SDPA, window_sdpa_attention)
-ALL_MASK_ATTENTION_FUNCTIONS.register(WINDOW_SDPA, sdpa_mask)
+AttentionInterface.register("sdpa", sdpa_attention)
 
 
 _DISPATCHES_BY_NAME: dict[type, bool] = {}
@@ -68,8 +70,8 @@ _DISPATCHES_BY_NAME: dict[type, bool] = {}
 def dispatches_through_attention_interface(model: torch.nn.Module) -> bool:
     """Whether every attention module of `model` looks its function up by name in `ALL_ATTENTION_FUNCTIONS`.
 
-    Some families (Falcon, for one) compare `_attn_implementation` with "sdpa" themselves and would take their
-    eager path, with a boolean mask, under another name; those keep plain SDPA. Decided once per model class."""
+    Some families (Falcon, for one) compare `_attn_implementation` with "sdpa" themselves and never call the
+    registered function; those get no `WINDOW_ATTENTION` keyword. Decided once per model class."""
     model_class = type(model)
     if model_class not in _DISPATCHES_BY_NAME:
         attention_classes = {type(m) for m in model.modules() if type(m).__name__.endswith("Attention")}
@@ -79,12 +81,11 @@ def dispatches_through_attention_interface(model: torch.nn.Module) -> bool:
     return _DISPATCHES_BY_NAME[model_class]
 
 
-def choose_window_attention(model: torch.nn.Module) -> None:
-    """Run an SDPA model's attention through `WINDOW_SDPA` from now on (transformers' `set_attn_implementation`);
-    other implementations, and families that compare the name with "sdpa" themselves, stay as they are."""
+def window_attention_kwargs(model: torch.nn.Module) -> dict:
+    """The keyword that makes an SDPA model's window forwards keep grouped K/V grouped (`sdpa_attention`); none
+    for other implementations and for families that do not dispatch through `AttentionInterface`."""
     sdpa = getattr(model.config, "_attn_implementation", None) == "sdpa"
-    if sdpa and dispatches_through_attention_interface(model):
-        model.set_attn_implementation(WINDOW_SDPA)
+    return {WINDOW_ATTENTION: True} if sdpa and dispatches_through_attention_interface(model) else {}
 
 
 def window_forward(

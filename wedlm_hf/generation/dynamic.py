@@ -5,7 +5,13 @@ sequence lengths, and the mask-free one-token forward of a single unpadded row."
 import torch
 from transformers import PreTrainedModel
 
-from .attention import flash_sequence_lengths, prebuilt_attention_mask, uses_flash_attention, window_forward
+from .attention import (
+    flash_sequence_lengths,
+    prebuilt_attention_mask,
+    uses_flash_attention,
+    window_attention_kwargs,
+    window_forward,
+)
 from .cache import WeDLMCache
 
 
@@ -17,6 +23,7 @@ class DynamicBackend:
         """One unpadded row: every cached key stays valid, so a one-token forward needs no mask, as in AR decoding
         (then transformers' SDPA keeps grouped-query K/V grouped; its mask function checks, with one host read as in
         its own AR step, that no mask is needed)."""
+        self.attention_kwargs = window_attention_kwargs(model)
 
     def shape(self, fed: int, mask_columns: int) -> tuple[int, int]:
         """The width to feed and the mask columns in it: the longest running window's, as the sync read them."""
@@ -56,4 +63,7 @@ class DynamicBackend:
             )
         batch_size, fed = input_ids.shape
         lengths = flash_sequence_lengths(model.config, batch_size, fed, past_length, input_ids.device)
-        return window_forward(model, self.cache, input_ids, attention_mask, position_ids, logits_to_keep, mask_slots, **lengths)
+        kwargs = {**lengths, **self.attention_kwargs}
+        return window_forward(
+            model, self.cache, input_ids, attention_mask, position_ids, logits_to_keep, mask_slots, **kwargs
+        )

@@ -8,7 +8,6 @@ import torch
 from transformers import GenerationConfig, GenerationMixin, PreTrainedModel, StoppingCriteriaList, StopStringCriteria
 from transformers.utils import logging
 
-from .attention import choose_window_attention
 from .decoding import wedlm_decode
 from .support import check_supported
 from .validation import UnsupportedRequest, reject_cache_implementation
@@ -25,11 +24,6 @@ class WeDLMGenerationMixin(GenerationMixin):
     `decoding` (case-insensitive) is read from the call, else from the generation config (a checkpoint may default
     to WeDLM); `decoding="ar"` forces transformers' usual decoding on such a checkpoint.
     """
-
-    def post_init(self) -> None:
-        """A WeDLM model class chooses its window attention once, when built (an enabled model, at `enable`)."""
-        super().post_init()
-        choose_window_attention(self)
 
     def generate(self, *args, decoding: str | None = None, **kwargs) -> torch.LongTensor:
         generation_config = kwargs.get("generation_config") or self.generation_config
@@ -97,9 +91,9 @@ def enable(model: PreTrainedModel) -> PreTrainedModel:
     """Give a loaded model of a family WeDLM supports `generate(decoding="wedlm")`, in place, and return it.
 
     The object and its weights stay the same; only its class gains `WeDLMGenerationMixin`. The enabled class keeps
-    the original's name, so `pipeline(...)` accepts it and `save_pretrained` writes the original architecture. An
-    SDPA model's attention becomes `attention.WINDOW_SDPA` (SDPA, with grouped K/V kept grouped under a mask on the
-    CPU), chosen here once rather than switched per forward.
+    the original's name, so `pipeline(...)` accepts it and `save_pretrained` writes the original architecture. Its
+    config, `attn_implementation` included, stays as it was: window forwards ask for the window attention per call
+    (`attention.WINDOW_ATTENTION`).
 
     A model not trained for WeDLM (any plain Llama/Qwen/... checkpoint) predicts wrong tokens at mask slots, so
     plain `decoding="wedlm"` garbles its output; with `wedlm_lossless=True` its output is exactly its greedy
@@ -107,7 +101,6 @@ def enable(model: PreTrainedModel) -> PreTrainedModel:
     generation config with `decoding: "wedlm"`).
     """
     check_supported(model)
-    choose_window_attention(model)
     cls = type(model)
     if not is_wedlm_trained(model):
         _recommend_lossless(cls.__name__)

@@ -22,7 +22,7 @@ import torch
 from transformers import GenerationConfig, PreTrainedConfig, PreTrainedModel
 from transformers.cache_utils import Cache, StaticLayer
 
-from .attention import additive_mask, window_forward
+from .attention import additive_mask, window_attention_kwargs, window_forward
 
 
 class RowWriteLayer(StaticLayer):
@@ -125,6 +125,7 @@ class StaticBackend:
         needed = prompt_mask.shape[1] + max_new_tokens + width
         max_cache_len = max(needed, generation_config.max_cache_len or 0)
         self.cache = WindowStaticCache(model.config, prompt_mask, max_cache_len, mask_dtype)
+        self.attention_kwargs = window_attention_kwargs(model)
         self.compiled_call = None
         if compiles(model, generation_config):
             self.compiled_call = model.get_compiled_call(generation_config.compile_config)
@@ -165,7 +166,10 @@ class StaticBackend:
         all_slots = mask_slots.new_zeros((batch_size, mask_slots.shape[1])).index_copy(0, rows, mask_slots)
         attention_mask = self.cache.begin_forward(window_live)
         forward = self.compiled_call if self.compiled_call is not None and self.cache.prefilled else self.model
-        logits = window_forward(forward, self.cache, all_ids, attention_mask, all_positions, logits_to_keep, all_slots)
+        logits = window_forward(
+            forward, self.cache, all_ids, attention_mask, all_positions, logits_to_keep, all_slots,
+            **self.attention_kwargs,
+        )
         return logits.index_select(0, rows)  # a copy: a CUDA graph's output is overwritten by its next replay
 
 
