@@ -13,14 +13,14 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_server(**serve_options):
+def start_server(generation_defaults: dict | None = None, **serve_options):
     """The running server (`kill_server()` stops it and uninstalls its hooks) and its port."""
     from wedlm_hf import serving
 
     port = free_port()
     running = serving.serve(
-        wedlm_hf.DEFAULT_MODEL, host="127.0.0.1", port=port, generation_defaults={}, non_blocking=True,
-        **serve_options,
+        wedlm_hf.DEFAULT_MODEL, host="127.0.0.1", port=port, generation_defaults=generation_defaults or {},
+        non_blocking=True, **serve_options,
     )
     deadline = time.monotonic() + PATIENCE_S
     while not running.server.started:

@@ -1,15 +1,17 @@
 """`wedlm-hf serve`: transformers' own OpenAI-compatible server, on 127.0.0.1, decoding with WeDLM."""
 
+import json
+import socket
+
 import pytest
+import torch
+import transformers
 from transformers.cli.serving import model_manager
 from transformers.cli.serving import utils as serving_utils
-
-import json
 from patience import PATIENCE_S
 
-import transformers
 import wedlm_hf
-from local_server import start_server
+from local_server import free_port, start_server
 
 openai = pytest.importorskip("openai", reason="the serve extra is not installed: pip install 'wedlm-hf[serve]'")
 serving = pytest.importorskip("wedlm_hf.serving")
@@ -20,6 +22,21 @@ HOOKED = [(transformers, "WeDLMForCausalLM"), (model_manager, "ModelManager"), (
 MAX_TOKENS = 16
 SERVED = "wedlm-tiny-code"
 """The name the server is started with (as `wedlm-hf serve wedlm-tiny-code` does): the id clients send."""
+POISON = "zzzz"
+FAULT = 'injected "quoted" fault'
+"""What the fixture's hook raises in a forward whose input holds `POISON`'s tokens (the quotes must survive)."""
+TOKENIZER = transformers.AutoTokenizer.from_pretrained(wedlm_hf.DEFAULT_MODEL)
+
+
+def fail_on(prompt: str, error: BaseException):
+    poison = torch.tensor(TOKENIZER(prompt)["input_ids"])
+
+    def fault(module, args, kwargs):
+        ids = kwargs["input_ids"] if "input_ids" in kwargs else args[0]
+        if ids.shape[1] >= len(poison) and (ids.unfold(1, len(poison), 1) == poison).all(-1).any():
+            raise error
+
+    return fault
 
 
 @pytest.fixture(scope="module")
@@ -28,10 +45,14 @@ def server():
     running, port = start_server(name=SERVED)
     (timed_model,) = running._model_manager.loaded_models.values()
     forwards = []
-    hook = timed_model.model.register_forward_hook(lambda module, args, output: forwards.append(1))
+    hooks = [
+        timed_model.model.register_forward_hook(lambda module, args, output: forwards.append(1)),
+        timed_model.model.register_forward_pre_hook(fail_on(POISON, RuntimeError(FAULT)), with_kwargs=True),
+    ]
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", timeout=PATIENCE_S, max_retries=0)
     yield client, timed_model.model, forwards
-    hook.remove()
+    for hook in hooks:
+        hook.remove()
     running.kill_server()
 
 
@@ -45,9 +66,14 @@ def test_the_served_model_id_is_the_name_the_user_gave(server):
     client, _, _ = server
     assert [model.id for model in client.models.list()] == [SERVED]
     completion = client.completions.create(model=SERVED, prompt=PROMPT, max_tokens=4)
-    assert completion.choices[0].text
-    with pytest.raises(openai.BadRequestError):  # another name is refused, not answered by this model
+    assert completion.choices[0].text and completion.model == SERVED  # not transformers' "wedlm-tiny-code@main"
+    chunks = list(client.chat.completions.create(
+        model=SERVED, messages=[{"role": "user", "content": PROMPT}], max_tokens=4, stream=True
+    ))
+    assert {chunk.model for chunk in chunks} == {SERVED}
+    with pytest.raises(openai.BadRequestError, match=f"pinned to '{SERVED}'; requested 'another-model'") as refused:
         client.completions.create(model="another-model", prompt=PROMPT, max_tokens=4)
+    assert refused.value.type == "invalid_request_error"
 
 
 def test_loaded_model_decodes_with_wedlm_by_default(server):
@@ -146,3 +172,118 @@ def test_hooks_last_as_long_as_the_server():
     assert transformers.WeDLMForCausalLM is wedlm_hf.WeDLMForCausalLM  # a reload after an idle timeout finds it
     running.kill_server()
     assert {name: owner.__dict__.get(name) for owner, name in HOOKED} == found
+
+
+def complete(client, prompt: str = PROMPT, **fields) -> str:
+    return client.completions.create(model=SERVED, prompt=prompt, max_tokens=MAX_TOKENS, **fields).choices[0].text
+
+
+def local(model, seed: int | None = None, prompt: str = PROMPT, **options) -> str:
+    """What `generate` gives `prompt` here (sampled from `torch.manual_seed(seed)`)."""
+    inputs = TOKENIZER(prompt, return_tensors="pt")
+    if seed is not None:
+        torch.manual_seed(seed)
+    output = model.generate(**inputs, max_new_tokens=MAX_TOKENS, **options)
+    return TOKENIZER.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+
+
+def test_temperature_above_zero_samples_and_a_seed_reproduces_the_sample(server):
+    """OpenAI's meaning on a greedy model: temperature 1.5 samples (each seed its own text, the one `generate`
+    draws after that seed), temperature 0 is greedy."""
+    client, model, _ = server
+    texts = [complete(client, temperature=1.5, seed=seed) for seed in (1, 2, 3)]
+    assert len(set(texts)) == 3
+    assert complete(client, temperature=1.5, seed=1) == texts[0]
+    assert texts == [local(model, seed, do_sample=True, temperature=1.5) for seed in (1, 2, 3)]
+    assert complete(client, temperature=0) == complete(client) == local(model)
+
+
+def test_vllm_sampling_fields_are_accepted(server):
+    client, model, _ = server
+    fields = {"top_k": 3, "min_p": 0.05, "repetition_penalty": 1.3}
+    sampled = complete(client, temperature=1.5, seed=2, extra_body=fields)
+    assert sampled == local(model, 2, do_sample=True, temperature=1.5, **fields)
+    assert complete(client, extra_body={"repetition_penalty": 1.3}) == local(model, repetition_penalty=1.3)
+    assert complete(client, top_p=1.0, extra_body={"top_k": -1}) == local(model)  # neutral values on a greedy request
+    with pytest.raises(openai.BadRequestError, match="`top_k` shapes sampling, and this request does not sample") as e:
+        complete(client, extra_body={"top_k": 3})
+    assert e.value.param == "top_k"
+
+
+CODE = "def f(x):\n    return x\n"
+"""A prompt whose greedy continuation repeats tokens, so that OpenAI's penalties change it."""
+
+
+def penalised_greedy(model, frequency: float, presence: float) -> str:
+    """Greedy decoding of `CODE` with OpenAI's penalties as OpenAI defines them, one full forward per token."""
+    prompt = TOKENIZER(CODE)["input_ids"]
+    output = []
+    for _ in range(MAX_TOKENS):
+        logits = model(torch.tensor([prompt + output])).logits[0, -1]
+        counts = torch.bincount(torch.tensor(output, dtype=torch.long), minlength=logits.shape[-1])
+        token = int((logits - frequency * counts - presence * (counts > 0)).argmax())
+        output.append(token)
+        if token == model.generation_config.eos_token_id:
+            break
+    return TOKENIZER.decode(output, skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("decoding", [{"decoding": "ar"}, {"decoding": "wedlm", "wedlm_lossless": True}], ids=str)
+def test_frequency_and_presence_penalties_have_openais_meaning(server, decoding):
+    client, model, _ = server
+    with torch.no_grad():
+        expected = penalised_greedy(model, 1.5, 0.5)
+    assert expected != local(model, prompt=CODE, decoding="ar")  # the penalties change this output
+    served = complete(
+        client, CODE, frequency_penalty=1.5, presence_penalty=0.5,
+        extra_body={"generation_config": json.dumps(decoding)},
+    )
+    assert served == expected
+
+
+def test_penalties_out_of_range_are_refused_naming_the_field(server):
+    client, _, _ = server
+    for field, value in [("frequency_penalty", 2.5), ("presence_penalty", -3), ("temperature", -1), ("seed", "x")]:
+        with pytest.raises(openai.BadRequestError, match=f"`{field}` must be") as refused:
+            complete(client, extra_body={field: value})
+        assert refused.value.param == field and refused.value.type == "invalid_request_error"
+
+
+def test_every_error_reaches_the_openai_client_with_its_message(server):
+    client, _, _ = server
+    with pytest.raises(openai.UnprocessableEntityError, match="Unexpected fields in the request: {'bogus'}"):
+        complete(client, extra_body={"bogus": 1})
+    with pytest.raises(openai.InternalServerError, match=FAULT) as failed:
+        client.completions.create(model=SERVED, prompt=POISON, max_tokens=4)
+    assert failed.value.type == "server_error"
+    messages = [{"role": "user", "content": POISON}]
+    with pytest.raises(openai.APIError, match=FAULT):  # a streamed error event, valid JSON despite the quotes
+        list(client.chat.completions.create(model=SERVED, messages=messages, max_tokens=4, stream=True))
+    with pytest.raises(openai.APIError, match=FAULT):
+        list(client.completions.create(model=SERVED, prompt=POISON, max_tokens=4, stream=True))
+
+
+def test_malformed_json_is_an_openai_shaped_422(server):
+    client, _, _ = server
+    response = client.with_raw_response.models.list().http_response  # the server's address, from the client
+    import httpx
+
+    reply = httpx.post(
+        str(response.url).replace("/models", "/completions"), content='{"model": ',
+        headers={"content-type": "application/json"}, timeout=PATIENCE_S,
+    )
+    error = reply.json()["error"]
+    assert reply.status_code == 422 and error["type"] == "invalid_request_error" and "JSON decode error" in error["message"]
+
+
+def test_a_busy_port_is_one_line_and_exit_1(capsys):
+    from wedlm_hf_cli import main
+
+    port = free_port()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        assert main(["serve", "--port", str(port)]) == 1
+    out, err = capsys.readouterr()
+    assert "serving on" not in out
+    assert err == f"wedlm-hf serve: error: port {port} on 127.0.0.1 is in use (another server?): stop it, or pick another port\n"

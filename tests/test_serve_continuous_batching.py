@@ -1,6 +1,7 @@
 """`wedlm-hf serve --continuous-batching` on 127.0.0.1: concurrent requests are decoded together and each gets
 what a lone `generate` gives it; disconnects, malformed requests and decoding faults stay with their request."""
 
+import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -21,27 +22,34 @@ PROMPTS = ["1, 2, 3, 4,", "10, 11, 12,", "def add(a, b):", "5, 6, 7,", "x = [1, 
 MAX_TOKENS = [24, 10, 16, 30, 8, 20]
 POISON = "zzzz"
 """A prompt the fixture's forward hook fails on (in its first step only: later forwards see window tokens)."""
+FAULT = 'injected "decoding" fault'
 
 
-@pytest.fixture(scope="module")
-def server():
-    running, port = start_server(batching={"max_batch_size": 4})
+def started(fault: BaseException, **serve_options) -> "SimpleServer":
+    """A continuous-batching server whose model raises `fault` in a forward over `POISON`'s tokens (its first step
+    only: later forwards see window tokens)."""
+    running, port = start_server(batching={"max_batch_size": 4}, **serve_options)
     (timed_model,) = running._model_manager.loaded_models.values()
     tokenizer = transformers.AutoTokenizer.from_pretrained(MODEL)
     poison_ids = tokenizer(POISON)["input_ids"]
 
-    def fault(module, args, kwargs):
+    def fail(module, args, kwargs):
         ids = kwargs["input_ids"]
         if ids.shape[1] >= len(poison_ids):
             if (ids.unfold(1, len(poison_ids), 1) == torch.tensor(poison_ids)).all(-1).any():
-                raise RuntimeError("injected decoding fault")
+                raise fault
 
-    hook = timed_model.model.register_forward_pre_hook(fault, with_kwargs=True)
+    timed_model.model.register_forward_pre_hook(fail, with_kwargs=True)
     base_url = f"http://127.0.0.1:{port}"
     client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", timeout=PATIENCE_S, max_retries=0)
-    yield SimpleServer(client, base_url, timed_model.model, tokenizer, running)
-    hook.remove()
-    running.kill_server()
+    return SimpleServer(client, base_url, timed_model.model, tokenizer, running)
+
+
+@pytest.fixture(scope="module")
+def server():
+    started_server = started(RuntimeError(FAULT))
+    yield started_server
+    started_server.running.kill_server()
 
 
 class SimpleServer:
@@ -134,7 +142,8 @@ def test_malformed_requests_get_a_clear_4xx_and_the_server_keeps_serving(server,
     with httpx.Client(timeout=PATIENCE_S) as http:
         send = {"content": body, "headers": {"content-type": "application/json"}} if isinstance(body, str) else {}
         response = http.post(f"{server.base_url}/v1/completions", **(send or {"json": body}))
-    assert response.status_code == status and reason in response.text
+    error = response.json()["error"]  # OpenAI's shape
+    assert response.status_code == status and reason in error["message"] and error["type"] == "invalid_request_error"
     assert complete(server, PROMPTS[1], 6, False)[0] == server.lone(PROMPTS[1], 6)
 
 
@@ -149,8 +158,92 @@ def test_a_request_failing_inside_decoding_fails_alone(server):
 
     with ThreadPoolExecutor(4) as pool:
         answers = list(pool.map(attempt, jobs))
-    assert isinstance(answers[1], openai.InternalServerError)
-    assert isinstance(answers[3], openai.APIError) and "injected decoding fault" in str(answers[3].body)
+    assert isinstance(answers[1], openai.InternalServerError) and FAULT in str(answers[1])
+    assert isinstance(answers[3], openai.APIError) and FAULT in str(answers[3])  # the streamed event is valid JSON
     for (prompt, max_tokens, _), answer in zip(jobs[::2], answers[::2]):
         assert answer[0] == server.lone(prompt, max_tokens)
     assert complete(server, PROMPTS[1], 6, True)[0] == server.lone(PROMPTS[1], 6)
+
+
+@pytest.mark.parametrize(
+    "fields, named",
+    [({"temperature": 1.5}, "temperature"), ({"temperature": 0.8, "extra_body": {"top_k": 5}}, "temperature, top_k"),
+     ({"frequency_penalty": 0.5}, "frequency_penalty"), ({"extra_body": {"repetition_penalty": 1.2}}, "repetition_penalty")],
+    ids=["temperature", "top-k", "frequency-penalty", "repetition-penalty"],
+)
+def test_sampling_other_than_the_servers_is_refused_naming_the_field(server, fields, named):
+    """One generation config serves the batch: a request asking for other sampling is refused, never served
+    greedy; greedy requests (temperature 0, a seed that draws nothing) are served."""
+    with pytest.raises(openai.BadRequestError, match=f"{named}: with continuous batching") as refused:
+        server.client.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=6, **fields)
+    assert refused.value.param == named.split(",")[0]
+    greedy = server.client.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=6, temperature=0, seed=3)
+    assert greedy.choices[0].text == server.lone(PROMPTS[0], 6)
+
+
+def test_max_tokens_is_honoured_at_any_value(server):
+    """1,024 is transformers serve's default, and still what the client asked for; omitted, as many as fit."""
+    positions = server.model.config.max_position_embeddings
+    prompt = "1, 2," * ((positions - 12) // len(server.tokenizer("1, 2,")["input_ids"]))
+    prompt_tokens = len(server.tokenizer(prompt)["input_ids"])
+    with pytest.raises(openai.BadRequestError, match="max_tokens=1024 exceed") as refused:
+        server.client.completions.create(model=MODEL, prompt=prompt, max_tokens=1024)
+    assert refused.value.param == "max_tokens"
+    completion = server.client.completions.create(model=MODEL, prompt=prompt)
+    assert completion.usage.completion_tokens == positions - prompt_tokens
+    assert completion.choices[0].finish_reason == "length"
+
+
+def mask_after(model, position: int):
+    """A forward hook making the mask token the model's greedy next token after `position`, in any row there."""
+    mask_id = model.generation_config.mask_token_id
+
+    def hook(module, args, kwargs, output):
+        positions = kwargs["position_ids"][:, -output.logits.shape[1] :]
+        output.logits[..., mask_id] = torch.where(positions == position, 1e4, output.logits[..., mask_id])
+        return output
+
+    return model.register_forward_hook(hook, with_kwargs=True)
+
+
+def test_lossless_request_predicting_the_mask_fails_alone():
+    """Lossless greedy decoding cannot go on once the model's greedy token is the mask: that request gets the
+    reason (HTTP 500, or an error event), the request decoding beside it is served as alone."""
+    lossless = started(RuntimeError(FAULT), generation_defaults={"wedlm_lossless": True})
+    hook = mask_after(lossless.model, 30)  # the counting prompts get there, the code prompt (16 tokens) does not
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            beside = pool.submit(complete, lossless, PROMPTS[2], 16, True)
+            with pytest.raises(openai.InternalServerError, match="greedy next token is the mask token"):
+                complete(lossless, PROMPTS[0], 40, False)
+            with pytest.raises(openai.APIError, match="greedy next token is the mask token"):
+                complete(lossless, PROMPTS[3], 40, True)
+            assert beside.result(timeout=PATIENCE_S)[0] == lossless.lone(PROMPTS[2], 16)
+    finally:
+        hook.remove()
+        lossless.running.kill_server()
+
+
+class EngineKilled(BaseException):
+    """A fault no step catches, as KeyboardInterrupt or SystemExit would be."""
+
+
+def test_pending_requests_fail_when_the_engine_dies():
+    doomed = started(EngineKilled("injected engine death"))
+    try:
+        with httpx.Client(timeout=PATIENCE_S) as http:
+            body = {"model": MODEL, "prompt": PROMPTS[2], "max_tokens": 400, "stream": True}
+            with http.stream("POST", f"{doomed.base_url}/v1/completions", json=body) as pending:
+                lines = pending.iter_lines()
+                next(lines)  # the request is decoding
+                with pytest.raises(openai.InternalServerError, match="engine stopped .EngineKilled: injected engine"):
+                    complete(doomed, POISON, 10, False)
+                events = [line for line in lines if line.startswith("data: ")]
+            error = json.loads(events[-1].removeprefix("data: "))["error"]
+            assert "engine stopped (EngineKilled: injected engine death)" in error["message"]
+            assert http.get(f"{doomed.base_url}/health").status_code == 503
+        with pytest.raises(openai.InternalServerError, match="has stopped: EngineKilled") as refused:
+            complete(doomed, PROMPTS[1], 6, False)
+        assert refused.value.status_code == 503
+    finally:
+        doomed.running.kill_server()

@@ -7,10 +7,13 @@ continuous batching, any other fault) in that shape; `openai_stream_errors` rewr
 """
 
 import json
+import logging
 from collections.abc import AsyncIterator
 
 from transformers.cli.serving import server
 from transformers.cli.serving.utils import CBWorkerDeadError
+
+logger = logging.getLogger(__name__)
 
 TRANSFORMERS_BUILD_SERVER = server.build_server
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -62,13 +65,19 @@ def add_error_handlers(app) -> None:
     async def engine_dead(_request, error: CBWorkerDeadError):
         return answer(503, str(error))
 
-    async def server_error(_request, error: Exception):
-        return answer(500, str(error) or type(error).__name__)
+    async def server_error(request, call_next):
+        """Any other fault is a 500 answered here: Starlette's handler for `Exception` re-raises after answering,
+        and the server then drops the connection, which a client may be about to reuse."""
+        try:
+            return await call_next(request)
+        except Exception as error:
+            logger.exception("request failed")
+            return answer(500, str(error) or type(error).__name__)
 
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(CBWorkerDeadError, engine_dead)
-    app.add_exception_handler(Exception, server_error)
+    app.middleware("http")(server_error)
 
 
 def build_server(*args, **kwargs):

@@ -97,6 +97,6 @@ class OpenAIPenalties(LogitsProcessor):
 
 def take_carried(config: GenerationConfig, prompt_length: int) -> tuple[int | None, list[LogitsProcessor]]:
     """Remove the carried fields from `config`: the request's seed, and its penalties as logits processors."""
-    seed, frequency, presence = (config.__dict__.pop(name, None) for name in CARRIED)
+    frequency, presence, seed = (config.__dict__.pop(name, None) for name in CARRIED)
     penalties = [OpenAIPenalties(prompt_length, frequency or 0.0, presence or 0.0)] if frequency or presence else []
     return seed, penalties
