@@ -1,0 +1,108 @@
+"""WeDLM drafting inside vLLM against plain vLLM, side by side in one run (run in the vLLM environment).
+
+Both engines are built in this process (each with its own engine-core process) from the same checkpoint; per
+repeat, each prompt runs alone through one and then the other (the order alternating between repeats), so load
+drift hits both alike. Printed per prompt set, `wedlm-hf bench`-style: tokens per target forward as the drafter
+counts them (vLLM's own acceptance metrics count every mask slot as a rejected draft), target forwards per
+generated token, tokens/s and the median of the per-repeat wall-clock ratios plain / WeDLM, and how many outputs
+are identical to plain vLLM's greedy output.
+
+Prompt sets are JSONL files (`{"prompt": ...}` per line, what `wedlm-hf bench --prompts` reads). Made with the
+project environment, the same sets `wedlm-hf bench` uses:
+
+    python -c "from wedlm_hf.bench.prompts import *; import json; [open(f'/tmp/{n}.jsonl','w').write(''.join(json.dumps({'prompt': p})+'\\n' for p in f(4))) for n, f in (('counting', counting_prompts), ('code', code_prompts))]"
+    python scripts/bench_vllm.py --set counting=/tmp/counting.jsonl --set code=/tmp/code.jsonl [--model PATH --mask-token-id ID]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; the default takes a large share of a small machine
+
+import wedlm_vllm  # noqa: E402
+from vllm import LLM, SamplingParams  # noqa: E402
+
+DEFAULT_MODEL = str(Path(__file__).resolve().parents[1] / "wedlm_hf" / "checkpoints" / "wedlm-tiny-code")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="checkpoint folder (default: the embedded one)")
+    parser.add_argument("--mask-token-id", type=int, default=None, help="for a checkpoint whose config has none")
+    parser.add_argument("--set", action="append", required=True, metavar="NAME=FILE.jsonl", help="a prompt set")
+    parser.add_argument("--slots", type=int, default=wedlm_vllm.DEFAULT_SLOTS, help="num_speculative_tokens")
+    parser.add_argument("--prompt-lookup", action="store_true")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", default=None, metavar="PATH", help="write the results as JSON")
+    return parser.parse_args()
+
+
+def timed(llm: LLM, prompt: str, params: SamplingParams) -> tuple[float, list[int]]:
+    start = time.perf_counter()
+    output = llm.generate([prompt], params, use_tqdm=False)[0].outputs[0]
+    return time.perf_counter() - start, list(output.token_ids)
+
+
+def run_set(plain: LLM, wedlm: LLM, prompts: list[str], args: argparse.Namespace) -> dict:
+    params = SamplingParams(temperature=0, max_tokens=args.max_tokens, ignore_eos=False)
+    ratios, plain_times, wedlm_times, identical, tokens = [], [], [], 0, 0
+    wedlm_vllm.stats(wedlm, reset=True)
+    for repeat in range(args.repeats):
+        plain_total = wedlm_total = 0.0
+        for index, prompt in enumerate(prompts):
+            runs = {}
+            for name in (("plain", "wedlm") if (repeat + index) % 2 == 0 else ("wedlm", "plain")):
+                runs[name] = timed(plain if name == "plain" else wedlm, prompt, params)
+            plain_total += runs["plain"][0]
+            wedlm_total += runs["wedlm"][0]
+            if repeat == 0:
+                identical += runs["plain"][1] == runs["wedlm"][1]
+                tokens += len(runs["plain"][1])
+        ratios.append(plain_total / wedlm_total)
+        plain_times.append(plain_total)
+        wedlm_times.append(wedlm_total)
+    counts = wedlm_vllm.stats(wedlm)
+    return {
+        "prompts": len(prompts),
+        "tokens": tokens,
+        "forwards_per_token": counts["forwards"] / counts["tokens"],
+        "tokens_per_forward": counts["tokens"] / counts["forwards"],
+        "drafter": counts,
+        "plain_tokens_per_s": tokens / statistics.median(plain_times),
+        "wedlm_tokens_per_s": tokens / statistics.median(wedlm_times),
+        "speedup": statistics.median(ratios),
+        "identical": identical,
+    }
+
+
+def main() -> None:
+    args = parse_args()
+    sets = {}
+    for item in args.set:
+        name, _, path = item.partition("=")
+        sets[name] = [json.loads(line)["prompt"] for line in Path(path).read_text().splitlines() if line.strip()]
+    common = dict(model=args.model, dtype="float32", enforce_eager=True, max_model_len=1024, seed=0)
+    plain = LLM(**common)
+    spec = wedlm_vllm.speculative_config(args.slots, args.mask_token_id, args.prompt_lookup)
+    wedlm = LLM(speculative_config=spec, **common)
+    warm = SamplingParams(temperature=0, max_tokens=8)
+    for llm in (plain, wedlm):
+        llm.generate(["1, 2, 3,"], warm, use_tqdm=False)
+    results = {name: run_set(plain, wedlm, prompts, args) for name, prompts in sets.items()}
+    print(f"model {args.model}, {args.slots} slots, {args.max_tokens} new tokens, medians of {args.repeats} repeats")
+    print("| set | tokens/forward | forwards/token | plain tok/s | wedlm tok/s | wall-clock plain/wedlm | identical |")
+    print("|---|---|---|---|---|---|---|")
+    for name, r in results.items():
+        print(f"| {name} | {r['tokens_per_forward']:.2f} | {r['forwards_per_token']:.3f} | {r['plain_tokens_per_s']:.1f} "
+              f"| {r['wedlm_tokens_per_s']:.1f} | {r['speedup']:.2f}x | {r['identical']}/{r['prompts']} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

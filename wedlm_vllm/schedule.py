@@ -1,0 +1,56 @@
+"""How many draft tokens a request adds to its next forward, read from its last forward alone.
+
+A request's schedule is a function of what that forward fed (drafts, then mask slots) and what vLLM's rejection
+sampler accepted, so the drafter keeps no state between forwards: nothing to key by request, nothing that two
+engines or a reordered batch could mix up. It follows `wedlm_hf`'s adaptive draft schedule in spirit: a request
+starts wide; a forward whose drafts all pass widens it (doubling, up to the slot budget), a rejection narrows it
+to what was accepted (none accepted: one-token forwards, plain vLLM's cost), and a request at one-token forwards
+tries two mask slots whenever its length is a multiple of `PROBE_PERIOD`, so a model whose drafts start to pass
+again gets its width back.
+"""
+
+from dataclasses import dataclass
+
+PROBE_PERIOD = 32
+"""A request at one-token forwards feeds two mask slots when its length is a multiple of this: on a model whose
+drafts fail (SmolLM2 untrained for WeDLM), a probe and the failed draft after it cost about one extra forward of a
+few tokens per this many tokens."""
+
+
+@dataclass(frozen=True)
+class LastForward:
+    """What one request's last forward fed after its first token, and what came back."""
+
+    drafts: int
+    """Tokens verified as drafts (mask-slot predictions or prompt-lookup continuations)."""
+    masks: int
+    """Mask slots fed after the drafts."""
+    accepted: int
+    """Drafts vLLM accepted (its sampled tokens minus one)."""
+    prefill: bool
+    """Whether the forward was the prompt's (last) chunk."""
+    length: int
+    """The request's tokens after this forward."""
+
+
+def next_width(last: LastForward, budget: int) -> int:
+    """Draft tokens (drafts plus mask slots) for the request's next forward, at most `budget`; 0 means a plain
+    one-token forward."""
+    if last.prefill:
+        return budget
+    if last.accepted < last.drafts:  # a rejection
+        if last.masks == 0 or last.accepted == 0:
+            return 0
+        if 2 * last.accepted >= last.drafts:
+            return last.drafts + last.masks
+        return min(budget, 2 * last.accepted + 2)
+    if last.masks == 0:  # a one-token forward, or prompt-lookup drafts only
+        return min(budget, 2) if last.length % PROBE_PERIOD == 0 else 0
+    return min(budget, 2 * (last.drafts + last.masks) + 2)
+
+
+def split(width: int, predictions: int) -> tuple[int, int]:
+    """(drafts, mask slots) for a forward of `width` draft tokens with `predictions` usable mask predictions:
+    at most half the width drafts, so as many mask slots predict the next forward's drafts."""
+    drafts = min(predictions, width // 2)
+    return drafts, width - drafts
