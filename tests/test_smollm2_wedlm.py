@@ -37,10 +37,16 @@ def test_loads_by_name_with_lossless_wedlm_as_its_default(adapted):
     assert torch.equal(default, greedy)
 
 
-def test_its_answers_are_smollm2s_own(adapted):
+@pytest.fixture(scope="module")
+def smollm2():
+    """SmolLM2 loaded on its own, without the adapter."""
+    return load_model_and_tokenizer("smollm2")[0]
+
+
+def test_its_answers_are_smollm2s_own(adapted, smollm2):
     """Against the base model loaded on its own: chat answers and code, by the adapter's default decoding."""
     model, tokenizer = adapted
-    base, _ = load_model_and_tokenizer("smollm2")
+    base = smollm2
     chats = ["What is the capital of France?", "Name three primary colors."]
     texts = [tokenizer.apply_chat_template([{"role": "user", "content": c}], tokenize=False, add_generation_prompt=True) for c in chats]
     for text in [*texts, "def fibonacci(n):\n"]:
@@ -49,6 +55,19 @@ def test_its_answers_are_smollm2s_own(adapted):
             ours = model.generate(**inputs, max_new_tokens=32)
             theirs = base.generate(**inputs, max_new_tokens=32, do_sample=False)
         assert torch.equal(ours, theirs)
+
+
+def test_a_prompt_holding_its_mask_token_is_answered_as_smollm2_answers_it(adapted, smollm2):
+    """`<empty_output>` is the adapter's mask token and any user can type it: in a prompt it is an observed token,
+    so the adapter leaves it alone and the answer is SmolLM2's own."""
+    model, tokenizer = adapted
+    inputs = tokenizer("Fill in the blank: The capital of France is <empty_output>.", return_tensors="pt")
+    assert (inputs["input_ids"] == model.generation_config.mask_token_id).sum() == 1
+    with torch.inference_mode():
+        ours = model.generate(**inputs, max_new_tokens=24, return_dict_in_generate=True)  # its default: lossless
+        theirs = smollm2.generate(**inputs, max_new_tokens=24, do_sample=False)
+    assert torch.equal(ours.sequences, theirs)
+    assert ours.wedlm_stats.summary()["drafted"] > 0
 
 
 def test_lossless_is_greedy_and_accepts_drafts_on_counting(adapted):
