@@ -21,11 +21,12 @@ SEQUENCES = [[5, 9, 14, 3, 7, 22], [11, 12, 13], [40, 41, 42, 43]]
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
-@pytest.mark.parametrize("family", ["wedlm", "wedlm-qwen2", "llama"])
+@pytest.mark.parametrize("family", ["wedlm", "wedlm-qwen2", "llama", "qwen3"])
 def test_attn_implementation_reads_back_as_asked_and_decoding_stays_wedlm(family, attn, tmp_path):
     """`from_pretrained(..., attn_implementation=...)` reads back as asked (the config and every attention
-    module's), for WeDLM models and a stock Llama enabled for WeDLM, before and after WeDLM decoding; SDPA window
-    forwards still ask for the window attention, and the tokens are the cache-free reference's."""
+    module's), for WeDLM models and stock Llama and Qwen3 models enabled for WeDLM, before and after WeDLM
+    decoding; SDPA window forwards still ask for the window attention, and the tokens are the cache-free
+    reference's."""
     tiny_model(family, seed=7, peak=40).save_pretrained(tmp_path)
     model = wedlm_hf.enable(AutoModelForCausalLM.from_pretrained(tmp_path, attn_implementation=attn))
 
