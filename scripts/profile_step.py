@@ -21,12 +21,12 @@ import torch
 
 from wedlm_hf.bench import random_model
 from wedlm_hf.bench.prompts import random_prompts
-from wedlm_hf.generation import dynamic, fill, lossless, loop, plain, record, static
+from wedlm_hf.generation import dynamic, fill, lossless, loop, plain, pool, record
 from wedlm_hf.generation.cache import WeDLMCache
 
 STRATEGY_CLASSES = (
     plain.PlainPolicy, lossless.LosslessPolicy, fill.SlotFiller, record.OutputRecord, dynamic.DynamicBackend,
-    static.StaticBackend, WeDLMCache,
+    pool.PoolBackend, pool.KVPool, WeDLMCache,
 )
 """Every method these classes define is timed (found by introspection, so refactors need no edit here)."""
 CALLING_MODULES = (loop, plain, lossless, fill, dynamic)

@@ -11,7 +11,7 @@ from transformers.testing_utils import CaptureLogger
 import wedlm_hf
 from wedlm_hf.generation import settings
 from wedlm_hf.generation.reference import reference_decode
-from wedlm_hf.generation.static import WindowStaticCache
+from wedlm_hf.generation.pool import KVPool
 
 MAX_NEW = 24
 LENGTHS = {"batch1": [9], "padded": [5, 17, 2]}
@@ -80,13 +80,13 @@ def test_eager_attention_and_sampling_match_default():
 
 def test_cache_implementation_static_selects_the_static_path(monkeypatch):
     built = []
-    original = WindowStaticCache.__init__
+    original = KVPool.__init__
 
     def spy(self, *args, **kwargs):
         built.append(self)
         original(self, *args, **kwargs)
 
-    monkeypatch.setattr(WindowStaticCache, "__init__", spy)
+    monkeypatch.setattr(KVPool, "__init__", spy)
     model = tiny_model("wedlm", peak=40)
     input_ids, attention_mask = random_prompts([6, 3], seed=1)
     static = generate(model, input_ids, attention_mask, cache_implementation="static", max_cache_len=200)

@@ -1,9 +1,18 @@
-"""The running batch of continuous batching: the decode loop every running request's row is part of, and the
-decoding setup all rows share (one generation config: sampling, logits processors, EOS, the WeDLM settings).
+"""The running batch of continuous batching: the decode loop every running request's row is part of, its K/V
+pool, and the decoding setup all rows share (one generation config: sampling, logits processors, EOS, the WeDLM
+settings).
 
 It knows rows, not requests (the scheduler maps one to the other): an admitted group is decoded through its first
-step in a batch of its own, then joins (`DecodeLoop.join`); the first group into an idle batch becomes the loop,
-and the loop is dropped once its last row is forgotten, so the batch only ever holds rows that decode.
+step (prompt and first window) in a batch of its own, as `generate` decodes it, then joins (`DecodeLoop.join`);
+the first group into an idle batch becomes the loop, and the loop is dropped once its last row is forgotten, so
+the batch only ever holds rows that decode.
+
+The K/V of the running rows live in a pool of `max_batch_size` preallocated rows (generation/pool.py): a joining
+row's K/V are copied into a free pool row and nothing else moves, and a row that ends frees its pool row, so no
+admission or exit copies the running rows' cache. The pool's columns are the longest sequence a request may
+reach (`max_sequence_length`, when the caller gives one) or grow to the longest request admitted so far. Without
+the pool (`kv_pool=False`, or an attention implementation that takes no 4D mask, such as FlashAttention) the
+rows share one growing cache, which every admission concatenates and every exit index-selects.
 """
 
 import copy
@@ -12,8 +21,10 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteriaList
 from transformers import StopStringCriteria
 
+from ..generation.attention import MASK_IMPLEMENTATIONS
 from ..generation.decoding import output_record, pad_token_id, policy_class, start_decoding, window_processors
-from ..generation.loop import DecodeLoop, RowProgress
+from ..generation.loop import DecodeLoop, RowProgress, first_step
+from ..generation.pool import PoolBackend
 from ..generation.settings import WeDLMSettings
 from ..generation.validation import check_request, check_settings
 from ..generation.window import WindowLayout
@@ -28,6 +39,8 @@ class RunningBatch:
         generation_config: GenerationConfig | None,
         max_sequence_length: int | None,
         tokenizer: PreTrainedTokenizerBase | None,
+        max_batch_size: int,
+        kv_pool: bool | None = None,
     ):
         self.model, self.tokenizer = model, tokenizer
         self.config = config = copy.deepcopy(generation_config or model.generation_config)
@@ -47,10 +60,9 @@ class RunningBatch:
         if not limit:
             raise ValueError("The model declares no max_position_embeddings: pass `max_sequence_length=`.")
         self.max_sequence_length = int(limit)
-        self.layout = WindowLayout.create(
-            self.settings.mask_token_id, self.settings.window_size, self.max_sequence_length, device, suppressed
-        )
+        self.layout = WindowLayout.create(self.settings.mask_token_id, self.settings.window_size, device, suppressed)
         self.pad_id = pad_token_id(config)
+        self.pool = self._pool(kv_pool, max_batch_size, max_sequence_length)
         self.loop: DecodeLoop | None = None
         """The rows decoding together; None while there are none."""
 
@@ -59,13 +71,29 @@ class RunningBatch:
         """Rows held: decoding, or ended and not yet forgotten."""
         return 0 if self.loop is None else self.loop.record.sequences.shape[0]
 
+    def _pool(self, kv_pool: bool | None, rows: int, max_sequence_length: int | None) -> PoolBackend | None:
+        """The K/V pool (`kv_pool` None: wherever the attention takes the pool's 4D mask), or None."""
+        implementation = self.model.config._attn_implementation
+        if kv_pool is None:
+            kv_pool = implementation in MASK_IMPLEMENTATIONS
+        elif kv_pool and implementation not in MASK_IMPLEMENTATIONS:
+            raise ValueError(
+                f"`kv_pool=True` feeds a 4D attention mask, which attn_implementation={implementation!r} does not "
+                "take; load the model with attn_implementation='sdpa' (or 'eager'), or pass kv_pool=False."
+            )
+        if not kv_pool:
+            return None
+        columns = None if max_sequence_length is None else max_sequence_length + self.layout.width
+        return PoolBackend(self.model, rows, self.layout.mask_id, columns)
+
     def start(self, group: list[GenerationRequest]) -> None:
         """Decode the first step of `group` in a batch of its own (prompt and first window in one forward, as
-        `generate` does), then append its rows, in order, after the held ones."""
+        `generate` does), then append its rows, in order, after the held ones. A fault anywhere in here leaves
+        the held rows as they were."""
         input_ids, mask = left_padded([request.input_ids for request in group], self.pad_id, self.device)
-        budgets = torch.tensor([request.max_new_tokens for request in group], device=self.device)
+        budgets = [request.max_new_tokens for request in group]
         record = output_record(
-            input_ids, self.layout, self.config, StoppingCriteriaList(), None, (), self.vocab_size,
+            input_ids, self.layout, budgets, self.config, StoppingCriteriaList(), None, (), self.vocab_size,
             policy_class(self.settings),
         )
         record.row_criteria = {
@@ -74,16 +102,19 @@ class RunningBatch:
         }
         padded = any(len(request.input_ids) < input_ids.shape[1] for request in group)
         loop = start_decoding(
-            self.model, input_ids, mask, padded, budgets, self.layout, self.settings, self.config, self.processors,
-            record,
+            self.model, input_ids, mask, padded, torch.tensor(budgets, device=self.device), self.layout,
+            self.settings, self.config, self.processors, record,
         )
-        loop.settle()
-        loop.advance()
-        loop.settle()
-        if self.loop is None:
-            self.loop = loop
-        else:
+        first_step(loop)
+        if self.pool is not None:  # room for the longest: prompt, budget and a window (a growing pool copies once)
+            longest = max(len(request.input_ids) + request.max_new_tokens for request in group)
+            self.pool.reserve(longest + self.layout.width)
+        if self.loop is not None:
             self.loop.join(loop)
+            return
+        if self.pool is not None:
+            loop.hand_over(self.pool)
+        self.loop = loop
 
     def step(self) -> None:
         """One forward of the decoding rows, settled (rows it ended leave the loop, to be reported)."""
@@ -105,5 +136,7 @@ class RunningBatch:
             self.loop = None
 
     def clear(self) -> None:
-        """Drop every row (after a fault in a shared step, whose state cannot be trusted)."""
+        """Drop every row (after a fault in a shared step, whose state cannot be trusted); the pool's rows are free."""
         self.loop = None
+        if self.pool is not None:
+            self.pool.select_rows(self.pool.index[:0], [])

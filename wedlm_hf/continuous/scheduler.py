@@ -12,7 +12,8 @@ of its own produces (greedy and lossless; batched rows differ from lone ones onl
 wider, padded batch flip a near-tie, as in batched `generate`).
 
 Sampling, logits processors, EOS and the WeDLM settings belong to the batch: one generation config per scheduler.
-A fault in a request's first step fails that request alone; so does one the decoder pins on rows of a shared step
+A fault in a request's first step or while it joins fails that request alone (a join builds the joined state
+before it replaces the running one, `DecodeLoop.join`); so does one the decoder pins on rows of a shared step
 (lossless decoding whose greedy next token is the mask token); any other fault in a shared step fails the running
 requests (each gets one error) and the scheduler carries on (the next admitted group starts a new batch).
 """
@@ -43,7 +44,11 @@ class RequestState:
 
 
 class WeDLMScheduler:
-    """Admits, decodes and retires requests; `step()` runs one step and returns what each request gained."""
+    """Admits, decodes and retires requests; `step()` runs one step and returns what each request gained.
+
+    `max_sequence_length` bounds a request's prompt plus max_new_tokens (default: the model's positions); given,
+    the K/V pool reserves that many columns per row up front, else it grows to the longest request admitted.
+    `kv_pool=False` keeps the running rows' K/V in one growing cache instead of the pool (batch.py)."""
 
     def __init__(
         self,
@@ -55,11 +60,14 @@ class WeDLMScheduler:
         max_sequence_length: int | None = None,
         tokenizer: PreTrainedTokenizerBase | None = None,
         admission: AdmissionPolicy | None = None,
+        kv_pool: bool | None = None,
     ):
         if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or max_batch_size < 1:
             raise ValueError(f"`max_batch_size` must be an integer >= 1, got {max_batch_size!r}.")
+        if kv_pool not in (None, True, False):
+            raise ValueError(f"`kv_pool` must be True, False or None (a pool where attention allows), got {kv_pool!r}.")
         self.model, self.tokenizer = model, tokenizer
-        self.batch = RunningBatch(model, generation_config, max_sequence_length, tokenizer)
+        self.batch = RunningBatch(model, generation_config, max_sequence_length, tokenizer, max_batch_size, kv_pool)
         self.max_sequence_length = self.batch.max_sequence_length
         self.max_batch_size, self.max_batch_tokens = max_batch_size, max_batch_tokens
         self.admission = admission or FirstComeFirstServed(max_batch_tokens)

@@ -15,6 +15,8 @@ them in, so the cache itself never reads a device value.
 import torch
 from transformers import DynamicCache
 
+from .window import Updates
+
 
 class WeDLMCache(DynamicCache):
     def __init__(self, key_mask: torch.Tensor, max_wasted_slots: int = 32):
@@ -51,18 +53,24 @@ class WeDLMCache(DynamicCache):
             layer.values = layer.values.gather(2, index)
         self.key_mask = self.key_mask.gather(1, order)
 
-    def join(self, other: "WeDLMCache") -> None:
-        """Append `other`'s rows (continuous batching: requests join the running batch). The narrower cache is
-        padded on the left to the wider one's columns; padding is never attended to, like left padding."""
+    def joined(self, other: "WeDLMCache") -> Updates:
+        """`other`'s rows appended (continuous batching without a pool: requests join the running batch), built
+        without touching this cache (`swap_in` sets them): every layer's K/V of every row are copied. The narrower
+        cache is padded on the left to the wider one's columns; padding is never attended to, like left padding."""
         if self.key_mask.shape[0] == 0:
-            self.layers, self.key_mask, self.valid_per_row = other.layers, other.key_mask, other.valid_per_row
-            return
+            return [(self, {"layers": other.layers, "key_mask": other.key_mask, "valid_per_row": other.valid_per_row})]
         width = max(self.key_mask.shape[1], other.key_mask.shape[1])
-        for mine, theirs in zip(self.layers, other.layers):
-            mine.keys = torch.cat([_left_padded(mine.keys, width), _left_padded(theirs.keys, width)])
-            mine.values = torch.cat([_left_padded(mine.values, width), _left_padded(theirs.values, width)])
-        self.key_mask = torch.cat([_left_padded(self.key_mask, width), _left_padded(other.key_mask, width)])
-        self.valid_per_row = torch.cat([self.valid_per_row, other.valid_per_row])
+        updates: Updates = [
+            (mine, {
+                "keys": torch.cat([_left_padded(mine.keys, width), _left_padded(theirs.keys, width)]),
+                "values": torch.cat([_left_padded(mine.values, width), _left_padded(theirs.values, width)]),
+            })
+            for mine, theirs in zip(self.layers, other.layers)
+        ]
+        return updates + [(self, {
+            "key_mask": torch.cat([_left_padded(self.key_mask, width), _left_padded(other.key_mask, width)]),
+            "valid_per_row": torch.cat([self.valid_per_row, other.valid_per_row]),
+        })]
 
     def select_rows(self, rows: torch.Tensor) -> None:
         """Keep only `rows` of the batch (finished rows leave the batch)."""

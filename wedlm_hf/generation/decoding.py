@@ -7,8 +7,8 @@ ends it (EOS, a stopping criterion, or `max_new_tokens`) leaves the batch before
 of every row is one whose predictions are used.
 
 `wedlm_decode` validates the request, resolves the settings, picks a step policy (plain.py, lossless.py) and a
-forward backend (dynamic.py, static.py), runs the loop (loop.py: one host read per step) and returns the record's
-output. docs/architecture.md maps the modules.
+forward backend (dynamic.py; with `wedlm_static`, a pool of fixed shapes after the prompt's step: pool.py), runs
+the loop (loop.py: one host read per step) and returns the record's output. docs/architecture.md maps the modules.
 """
 
 import torch
@@ -22,10 +22,10 @@ from .lookup import PromptLookup
 from .loop import DecodeLoop, run
 from .outputs import WeDLMGenerateOutput
 from .plain import PlainPolicy
+from .pool import PoolBackend, compiles
 from .processors import split_suppressed
 from .record import OutputRecord
 from .settings import UNSET, WeDLMSettings
-from .static import StaticBackend
 from .validation import check_request, check_settings, checked_prompt
 from .verify import Verifier
 from .window import WindowLayout, WindowScores, WindowState
@@ -74,10 +74,11 @@ def wedlm_decode(
     check_settings(settings, model, generation_config, logits_processor)
     max_new_tokens = generation_config.max_length - input_ids.shape[1]
     mask, prompt_lengths = checked_prompt(model, input_ids, model_kwargs, max_new_tokens)
-    layout = WindowLayout.create(settings.mask_token_id, settings.window_size, max_new_tokens, input_ids.device, suppressed)
+    layout = WindowLayout.create(settings.mask_token_id, settings.window_size, input_ids.device, suppressed)
     kinds = tuple(kind for kind in ("scores", "logits") if getattr(generation_config, f"output_{kind}"))
     record = output_record(
-        input_ids, layout, generation_config, stopping_criteria, streamer, kinds, vocab_size, policy_class(settings)
+        input_ids, layout, [max_new_tokens] * input_ids.shape[0], generation_config, stopping_criteria, streamer,
+        kinds, vocab_size, policy_class(settings),
     )
     budgets = torch.full((input_ids.shape[0],), max_new_tokens, dtype=torch.long, device=input_ids.device)
     loop = start_decoding(
@@ -85,7 +86,8 @@ def wedlm_decode(
         generation_config, logits_processor, record,
     )
     if max_new_tokens > 0:
-        run(loop)
+        pool = static_backend(model, input_ids, generation_config, layout, max_new_tokens) if settings.static else None
+        run(loop, pool)
     if streamer is not None:
         streamer.end()
     return record.output(generation_config.return_dict_in_generate)
@@ -116,8 +118,8 @@ def start_decoding(
     logits_processor: LogitsProcessorList,
     record: OutputRecord,
 ) -> DecodeLoop:
-    """The loop over (left-padded) `input_ids`, before its first step: first windows, step policy and forward
-    backend picked by `settings`, writing to `record`; `max_new_tokens` per row (at most the layout's)."""
+    """The loop over (left-padded) `input_ids`, before its first step: first windows, the step policy `settings`
+    pick and the dynamic backend (which feeds the prompt), writing to `record`; `max_new_tokens` per row."""
     vocab_size = model.config.get_text_config().vocab_size
     state = _first_window(input_ids, mask, layout, tuple(record.token_scores), vocab_size, max_new_tokens)
     do_sample = bool(generation_config.do_sample)
@@ -132,16 +134,29 @@ def start_decoding(
         policy = LosslessPolicy(layout, record, filler, state, adaptive, verifier, lookup)
     else:
         policy = PlainPolicy(layout, record, filler, blockwise=settings.blockwise)
-    if settings.static:
-        backend = StaticBackend(model, mask, generation_config, layout.width, layout.max_new_tokens, layout.mask_id)
-    else:
-        backend = DynamicBackend(model, mask, prompt_padded)
-    return DecodeLoop(state, layout, record, policy, backend)
+    return DecodeLoop(state, layout, record, policy, DynamicBackend(model, mask, prompt_padded))
+
+
+def static_backend(
+    model: PreTrainedModel,
+    input_ids: torch.LongTensor,
+    generation_config: GenerationConfig,
+    layout: WindowLayout,
+    max_new_tokens: int,
+) -> PoolBackend:
+    """`wedlm_static`: the steps after the prompt's run over a pool row per input row, at fixed shapes, compiled
+    when `compiles` says so. As in transformers' static cache, `max_cache_len` sizes the pool for the longest call,
+    so later calls with other prompt lengths reuse the compiled step."""
+    needed = input_ids.shape[1] + max_new_tokens + layout.width
+    max_cache_len = max(needed, generation_config.max_cache_len or 0)
+    compiled = model.get_compiled_call(generation_config.compile_config) if compiles(model, generation_config) else None
+    return PoolBackend(model, input_ids.shape[0], layout.mask_id, max_cache_len, layout.width, compiled)
 
 
 def output_record(
     input_ids: torch.LongTensor,
     layout: WindowLayout,
+    budgets: list[int],
     generation_config: GenerationConfig,
     stopping_criteria: StoppingCriteriaList,
     streamer: BaseStreamer | None,
@@ -149,12 +164,13 @@ def output_record(
     vocab_size: int,
     policy_class: type,
 ) -> OutputRecord:
-    """The call's output record, finished rows padded with `pad_token_id(generation_config)`."""
+    """The call's output record, each row's output as wide as its budget needs, finished rows padded with
+    `pad_token_id(generation_config)`."""
     eos_ids = generation_config._eos_token_tensor
     eos_ids = eos_ids.to(input_ids.device) if eos_ids is not None else None
     return OutputRecord(
-        input_ids, layout, pad_token_id(generation_config), eos_ids, stopping_criteria, streamer, kinds, vocab_size,
-        policy_class.counter_names,
+        input_ids, layout, budgets, pad_token_id(generation_config), eos_ids, stopping_criteria, streamer, kinds,
+        vocab_size, policy_class.counter_names,
     )
 
 

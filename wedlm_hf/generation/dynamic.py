@@ -13,6 +13,7 @@ from .attention import (
     window_forward,
 )
 from .cache import WeDLMCache
+from .window import Updates
 
 
 class DynamicBackend:
@@ -37,13 +38,15 @@ class DynamicBackend:
         """Keep each row's first `committed` K/V of the last forward's window (`values`: `sync_values`, read)."""
         self.cache.commit(committed, *values)
 
-    def select_rows(self, index: torch.Tensor) -> None:
+    def select_rows(self, index: torch.Tensor, kept: list[int]) -> None:
+        """Only running rows `kept` (`index` on the device) go on: every layer's K/V are index-selected."""
         self.cache.select_rows(index)
 
-    def join_rows(self, other: "DynamicBackend") -> None:
-        """Append `other`'s rows; joined into a batch with rows, they no longer qualify for the mask-free path."""
-        self.all_keys_valid = other.all_keys_valid and self.cache.key_mask.shape[0] == 0
-        self.cache.join(other.cache)
+    def joined_rows(self, other: "DynamicBackend") -> Updates:
+        """`other`'s rows appended (`WeDLMCache.joined`); joined into a batch with rows, they no longer qualify for
+        the mask-free path."""
+        all_keys_valid = other.all_keys_valid and self.cache.key_mask.shape[0] == 0
+        return self.cache.joined(other.cache) + [(self, {"all_keys_valid": all_keys_valid})]
 
     def forward(
         self,

@@ -6,19 +6,21 @@
     forward = feed(...)                    the window forward (filled slots first, masks last)
     kept    = policy.update(...)           shift, fill, verify; the K/V the cache keeps, applied at the next sync
 
-Policies (plain.py, lossless.py) and backends (dynamic.py, static.py) are objects handed to `run`, as
+Policies (plain.py, lossless.py) and backends (dynamic.py, pool.py) are objects handed to `run`, as
 transformers' assisted-decoding loop is handed a candidate generator; a new one implements the Protocol below.
-`DecodeLoop` holds the loop between steps, so continuous batching can join rows at a step boundary.
+`DecodeLoop` holds the loop between steps, so continuous batching can join rows at a step boundary, and rows can
+move to another backend after their first step (`hand_over`: the prompt's forward runs on the dynamic backend,
+the steps after it on a pool of preallocated K/V).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import torch
 
 from .outputs import ENDED_BY, WeDLMStats
 from .record import OutputRecord
-from .window import Forward, StepPlan, WindowLayout, WindowState, feed_order
+from .window import Forward, StepPlan, Updates, WindowLayout, WindowState, feed_order, swap_in
 
 
 class StepPolicy(Protocol):
@@ -35,8 +37,8 @@ class StepPolicy(Protocol):
 
     def select_rows(self, index: torch.Tensor) -> None: ...
 
-    def join_rows(self, other: "StepPolicy") -> None:
-        """Append the row state of `other` (a policy of the same kind) to this one's."""
+    def joined_rows(self, other: "StepPolicy") -> Updates:
+        """The row state of `other` (a policy of the same kind) appended to this one's, built, not yet set."""
 
     def counters(self) -> dict[str, torch.Tensor]: ...
 
@@ -50,18 +52,16 @@ class ForwardBackend(Protocol):
 
     def commit(self, committed: torch.Tensor, values: list[int]) -> None: ...
 
-    def select_rows(self, index: torch.Tensor) -> None: ...
+    def select_rows(self, index: torch.Tensor, kept: list[int]) -> None:
+        """Only running rows `kept` (`index`: the same on the device) go on."""
 
-    def join_rows(self, other: "ForwardBackend") -> None:
-        """Append the rows of `other` (a backend of the same kind), e.g. their cached K/V."""
+    def joined_rows(self, other: "ForwardBackend") -> Updates:
+        """The rows of `other` (a `DynamicBackend` after their first step) appended, e.g. their cached K/V: built
+        (without changing what the running rows read), not yet set."""
 
     def forward(
-        self,
-        input_ids: torch.Tensor,
-        position_ids: torch.Tensor,
-        window_live: torch.Tensor,
-        mask_slots: torch.Tensor,
-        logits_to_keep: int,
+        self, input_ids: torch.Tensor, position_ids: torch.Tensor, window_live: torch.Tensor,
+        mask_slots: torch.Tensor, logits_to_keep: int,
     ) -> torch.Tensor:
         """The logits of the last `logits_to_keep` fed columns; `mask_slots` (rows, columns) marks which of the last
         columns are mask slots (`mask_slots.forward_with_mask_slots`, for layers that act there alone)."""
@@ -170,11 +170,7 @@ class DecodeLoop:
     """
 
     def __init__(
-        self,
-        state: WindowState,
-        layout: WindowLayout,
-        record: OutputRecord,
-        policy: StepPolicy,
+        self, state: WindowState, layout: WindowLayout, record: OutputRecord, policy: StepPolicy,
         backend: ForwardBackend,
     ):
         self.state, self.layout, self.record, self.policy, self.backend = state, layout, record, policy, backend
@@ -205,7 +201,7 @@ class DecodeLoop:
         if self.plan is not None:
             self.plan.select(index)
         self.policy.select_rows(index)
-        self.backend.select_rows(index)
+        self.backend.select_rows(index, running)
 
     def advance(self) -> None:
         forward = feed(self.state, self.layout, self.plan, self.sync, self.backend, self.record)
@@ -213,24 +209,32 @@ class DecodeLoop:
 
     def join(self, other: "DecodeLoop") -> None:
         """Append `other`'s rows, settled after their first forward in a loop of their own over the same layout:
-        its record's rows after this record's, its running rows after these running rows."""
+        its record's rows after this record's, its running rows after these running rows. Every joined value is
+        built before any is set (`swap_in`), so a fault while joining leaves this loop as it was."""
         offset, first_row = self.record.steps - other.record.steps, self.record.sequences.shape[0]
-        self.record.join(other.record)
-        if other.state.rows.shape[0] == 0:  # all of them ended in their first step: only their output joins
-            return
-        other.state.rows = other.state.rows + first_row
-        other.state.fill_step = other.state.fill_step + offset
-        if self.state.rows.shape[0] == 0:
-            self.plan, self.sync = other.plan, other.sync
-        else:
-            self.plan.join(other.plan)
-            # the widest window and the fewest filled slots over both batches, as one sync over all rows reads them
-            fewest_filled = min(self.sync.fed - self.sync.mask_columns, other.sync.fed - other.sync.mask_columns)
-            fed = max(self.sync.fed, other.sync.fed)
-            self.sync = StepSync(fed, fed - fewest_filled, [], [], [])
-        self.state.join(other.state)
-        self.policy.join_rows(other.policy)
-        self.backend.join_rows(other.backend)
+        updates = self.record.joined(other.record)
+        if other.state.rows.shape[0] > 0:  # (rows that all ended in their first step join only the record)
+            theirs = replace(other.state, rows=other.state.rows + first_row, fill_step=other.state.fill_step + offset)
+            if self.state.rows.shape[0] == 0:
+                sync = other.sync
+            else:  # the widest window and the fewest filled slots over both batches, as one sync over all reads them
+                fewest_filled = min(self.sync.fed - self.sync.mask_columns, other.sync.fed - other.sync.mask_columns)
+                fed = max(self.sync.fed, other.sync.fed)
+                sync = StepSync(fed, fed - fewest_filled, [], [], [])
+            updates += [
+                (self.state, self.state.joined(theirs)),
+                (self.plan, self.plan.joined(other.plan)),
+                (self, {"sync": sync}),
+                *self.policy.joined_rows(other.policy),
+                *self.backend.joined_rows(other.backend),
+            ]
+        swap_in(updates)
+
+    def hand_over(self, backend: ForwardBackend) -> None:
+        """Move the running rows to `backend` (which runs none yet), after their first step: e.g. from the dynamic
+        backend that fed their prompt to a pool of preallocated K/V."""
+        swap_in(backend.joined_rows(self.backend))
+        self.backend = backend
 
     def cancel(self, rows: list[int]) -> None:
         """End input rows `rows` now (a client cancelled them): they leave the running batch, recorded as cancelled."""
@@ -272,7 +276,21 @@ class DecodeLoop:
         return progress
 
 
-def run(loop: DecodeLoop) -> None:
-    """Decode until every row has ended; the output is in `loop.record`."""
-    while loop.settle():
+def first_step(loop: DecodeLoop) -> bool:
+    """The rows' first step (prompt and first window in one forward), settled: its commit applied, the rows it
+    ended gone; whether any row goes on."""
+    if not loop.settle():
+        return False
+    loop.advance()
+    return bool(loop.settle())
+
+
+def run(loop: DecodeLoop, then: ForwardBackend | None = None) -> None:
+    """Decode until every row has ended; the output is in `loop.record`. With `then`, the rows move to that backend
+    after their first step."""
+    running = first_step(loop)
+    if then is not None:
+        loop.hand_over(then)
+    while running:
         loop.advance()
+        running = loop.settle()

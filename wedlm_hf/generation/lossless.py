@@ -16,7 +16,7 @@ predictions conditioned on the rejected token, and a rejected slot's logits pred
 embedded checkpoint's counting prompts, drafting at threshold 1.0, that gave 6.5 tokens per forward, not 10.3.)
 """
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 
@@ -24,7 +24,7 @@ from .fill import SlotFiller, gather_columns
 from .record import OutputRecord
 from .lookup import PromptLookup
 from .verify import Verifier, greedy_accept
-from .window import Forward, StepPlan, WindowLayout, WindowState, leading_filled, shift
+from .window import Forward, PerRow, StepPlan, Updates, WindowLayout, WindowState, leading_filled, shift
 
 FIRST_AR_RUN = 4
 LONGEST_AR_RUN = 64
@@ -42,7 +42,7 @@ class MaskTokenPredicted(ValueError):
 
 
 @dataclass
-class DraftState:
+class DraftState(PerRow):
     """Lossless mode's per-row state (first dimension: the running rows)."""
 
     drafted: torch.Tensor
@@ -58,14 +58,6 @@ class DraftState:
     lookup_ok: torch.Tensor
     """Prompt lookup: whether the row's drafts came from the context (the adaptive limit ignores those), and
     whether its last lookup drafts were not all rejected."""
-
-    def select(self, index: torch.Tensor) -> None:
-        for field in fields(self):
-            setattr(self, field.name, getattr(self, field.name)[index])
-
-    def join(self, other: "DraftState") -> None:
-        for field in fields(self):
-            setattr(self, field.name, torch.cat([getattr(self, field.name), getattr(other, field.name)]))
 
 
 class LosslessPolicy:
@@ -288,13 +280,13 @@ class LosslessPolicy:
         if self.draft_probs is not None:
             self.draft_probs = self.draft_probs[index]
 
-    def join_rows(self, other: "LosslessPolicy") -> None:
-        """Take `other`'s rows, which have had their first forward (so this batch has, too)."""
-        self.drafts.join(other.drafts)
+    def joined_rows(self, other: "LosslessPolicy") -> Updates:
+        """`other`'s rows appended, which have had their first forward (so this batch has, too)."""
+        draft_probs = self.draft_probs
         if other.draft_probs is not None:
             mine = self.draft_probs if self.draft_probs is not None else other.draft_probs[:0]
-            self.draft_probs = torch.cat([mine, other.draft_probs])
-        self.started = True
+            draft_probs = torch.cat([mine, other.draft_probs])
+        return [(self.drafts, self.drafts.joined(other.drafts)), (self, {"draft_probs": draft_probs, "started": True})]
 
     def counters(self) -> dict[str, torch.Tensor]:
         return {"drafted": self.drafts.drafted, "accepted": self.drafts.accepted, "corrected": self.drafts.corrected}

@@ -5,7 +5,7 @@ import torch
 
 from .fill import SlotFiller
 from .record import OutputRecord
-from .window import Forward, StepPlan, WindowLayout, WindowState, leading_filled, shift
+from .window import Forward, StepPlan, Updates, WindowLayout, WindowState, leading_filled, shift
 
 
 class PlainPolicy:
@@ -40,8 +40,9 @@ class PlainPolicy:
     def select_rows(self, index: torch.Tensor) -> None:
         """No row state of its own."""
 
-    def join_rows(self, other: "PlainPolicy") -> None:
+    def joined_rows(self, other: "PlainPolicy") -> Updates:
         """No row state of its own."""
+        return []
 
     def counters(self) -> dict[str, torch.Tensor]:
         return {}

@@ -2,7 +2,7 @@
 streamer and the step counter, with the commit rule (EOS, stopping criteria, max_new_tokens) that writes to them.
 
 Everything here is indexed by *input* row (`WindowState.rows` maps running rows to it), so rows leaving the running
-batch never move what is already recorded. Continuous batching appends rows (`join`) and forgets reported ones
+batch never move what is already recorded. Continuous batching appends rows (`joined`) and forgets reported ones
 (`keep`) at step boundaries, and the loop remaps `WindowState.rows` then.
 """
 
@@ -12,7 +12,7 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengt
 from transformers.generation.streamers import BaseStreamer
 
 from .outputs import CANCELLED, ENDED_BY, EOS, LENGTH, STOP, WeDLMGenerateOutput, WeDLMStats
-from .window import WindowLayout, WindowState
+from .window import Updates, WindowLayout, WindowState
 
 BASE_TOTALS = ("forwards", "generated", "processed")
 """Totals every decode reports (`WindowState.counters()` and the step count); a policy may add its own."""
@@ -23,6 +23,7 @@ class OutputRecord:
         self,
         input_ids: torch.LongTensor,
         layout: WindowLayout,
+        budgets: list[int],
         pad_id: int,
         eos_ids: torch.Tensor | None,
         stopping_criteria: StoppingCriteriaList,
@@ -40,9 +41,11 @@ class OutputRecord:
         self.row_criteria: dict[int, list] = {}
         """Criteria of single input rows, besides `user_criteria` (continuous batching: each request's own)."""
         self.streamer = streamer
-        outputs = layout.max_new_tokens + 1
-        self.discard = layout.max_new_tokens
+        self.budgets = budgets
+        """Each input row's max_new_tokens: the output columns are as many as the largest needs, plus one."""
+        self.discard = max(budgets, default=0)
         """One column past the output: dense writes aim every slot they do not commit there."""
+        outputs = self.discard + 1
         self.sequences = torch.full((batch_size, self.prompt_length + outputs), pad_id, dtype=torch.long, device=device)
         self.sequences[:, : self.prompt_length] = input_ids
         self.fill_step = torch.zeros((batch_size, outputs), dtype=torch.long, device=device)
@@ -149,42 +152,61 @@ class OutputRecord:
         for name, value in counters.items():
             self.totals[name][state.rows] = value
 
-    def join(self, other: "OutputRecord") -> None:
-        """Append `other`'s rows (continuous batching: requests ran their first forward in a record of their own,
-        over the same layout). Prompts stay right-aligned, to the longer prompt length of the two; `other`'s forward
-        numbers move into this record's count, and its rows' statistics still count from their own first forward."""
+    def joined(self, other: "OutputRecord") -> Updates:
+        """`other`'s rows appended (continuous batching: requests ran their first forward in a record of their own,
+        over the same layout), built without touching this record (`swap_in` sets them). Prompts stay
+        right-aligned, to the longer prompt length of the two, and outputs as wide as the larger budget needs;
+        `other`'s forward numbers move into this record's count, and its rows' statistics still count from their
+        own first forward."""
         offset = self.steps - other.steps
-        prompt_length = max(self.prompt_length, other.prompt_length)
+        prompt_length, discard = max(self.prompt_length, other.prompt_length), max(self.discard, other.discard)
         first_row = self.sequences.shape[0]
-        self.sequences = torch.cat([self._prompt_widened(prompt_length), other._prompt_widened(prompt_length)])
-        self.prompt_length = prompt_length
-        self.fill_step = torch.cat([self.fill_step, other.fill_step + offset])
-        self.commit_step = torch.cat([self.commit_step, other.commit_step + offset])
-        for kind, store in self.token_scores.items():
-            self.token_scores[kind] = torch.cat([store, other.token_scores[kind]])
-        for name, total in self.totals.items():
-            self.totals[name] = torch.cat([total, other.totals[name] + (offset if name == "forwards" else 0)])
-        self.finish = torch.cat([self.finish, other.finish])
-        self.first_step = torch.cat([self.first_step, other.first_step + offset])
+        row_criteria = dict(self.row_criteria)
         for row in range(other.sequences.shape[0]):
             criteria = other.user_criteria + other.row_criteria.get(row, [])
             if criteria:  # an empty entry would still send every commit through the per-row criteria check
-                self.row_criteria[first_row + row] = criteria
+                row_criteria[first_row + row] = criteria
+        return [(self, {
+            "sequences": torch.cat([self._widened(prompt_length, discard), other._widened(prompt_length, discard)]),
+            "prompt_length": prompt_length,
+            "budgets": self.budgets + other.budgets,
+            "discard": discard,
+            "fill_step": _joined_columns(self.fill_step, other.fill_step + offset, discard + 1),
+            "commit_step": _joined_columns(self.commit_step, other.commit_step + offset, discard + 1),
+            "token_scores": {
+                kind: _joined_columns(store, other.token_scores[kind], discard + 1)
+                for kind, store in self.token_scores.items()
+            },
+            "totals": {
+                name: torch.cat([total, other.totals[name] + (offset if name == "forwards" else 0)])
+                for name, total in self.totals.items()
+            },
+            "finish": torch.cat([self.finish, other.finish]),
+            "first_step": torch.cat([self.first_step, other.first_step + offset]),
+            "row_criteria": row_criteria,
+        })]
 
-    def _prompt_widened(self, prompt_length: int) -> torch.Tensor:
-        """`sequences` with padding prepended, so the prompt columns are `prompt_length` wide."""
-        padding = self.sequences.new_full((self.sequences.shape[0], prompt_length - self.prompt_length), self.pad_id)
-        return torch.cat([padding, self.sequences], dim=1)
+    def _widened(self, prompt_length: int, discard: int) -> torch.Tensor:
+        """`sequences` with padding prepended, so the prompt columns are `prompt_length` wide, and appended, so the
+        output columns are `discard + 1`."""
+        rows = self.sequences.shape[0]
+        before = self.sequences.new_full((rows, prompt_length - self.prompt_length), self.pad_id)
+        after = self.sequences.new_full((rows, discard - self.discard), self.pad_id)
+        return torch.cat([before, self.sequences, after], dim=1)
 
     def keep(self, rows: list[int]) -> torch.Tensor:
-        """Forget every input row but `rows` (continuous batching: ended rows, once reported); returns each former
-        row's new index, -1 for a forgotten one."""
+        """Forget every input row but `rows` (continuous batching: ended rows, once reported), the output columns
+        narrowed to the kept rows' largest budget; returns each former row's new index, -1 for a forgotten one."""
         index = torch.tensor(rows, dtype=torch.long, device=self.sequences.device)
         moved = torch.full((self.sequences.shape[0],), -1, dtype=torch.long, device=index.device)
         moved[index] = torch.arange(len(rows), device=index.device)
-        self.sequences, self.finish, self.first_step = self.sequences[index], self.finish[index], self.first_step[index]
-        self.fill_step, self.commit_step = self.fill_step[index], self.commit_step[index]
-        self.token_scores = {kind: store[index] for kind, store in self.token_scores.items()}
+        self.budgets = [self.budgets[row] for row in rows]
+        self.discard = max(self.budgets, default=0)
+        outputs = self.discard + 1
+        self.sequences = self.sequences[index, : self.prompt_length + outputs]
+        self.finish, self.first_step = self.finish[index], self.first_step[index]
+        self.fill_step, self.commit_step = self.fill_step[index, :outputs], self.commit_step[index, :outputs]
+        self.token_scores = {kind: store[index, :outputs] for kind, store in self.token_scores.items()}
         self.totals = {name: total[index] for name, total in self.totals.items()}
         self.row_criteria = {new: self.row_criteria[old] for new, old in enumerate(rows) if old in self.row_criteria}
         return moved
@@ -232,3 +254,12 @@ class OutputRecord:
             **traces,
             **extra,
         )
+
+
+def _joined_columns(mine: torch.Tensor, theirs: torch.Tensor, columns: int) -> torch.Tensor:
+    """Two (rows, columns[, ...]) tensors stacked, each padded with zeros on the right to `columns` columns."""
+    def padded(values: torch.Tensor) -> torch.Tensor:
+        shape = (values.shape[0], columns - values.shape[1], *values.shape[2:])
+        return torch.cat([values, values.new_zeros(shape)], dim=1)
+
+    return torch.cat([padded(mine), padded(theirs)])

@@ -58,7 +58,7 @@ def reject_cache_implementation(cache_implementation: str | None) -> None:
         raise UnsupportedRequest(
             f"`cache_implementation={cache_implementation!r}`: WeDLM decoding builds its own cache "
             "(`WeDLMCache`, which crops what a window forward wrote, or with `cache_implementation='static'` the "
-            "fixed-shape `WindowStaticCache`); drop `cache_implementation` (pass `cache_implementation=None` where "
+            "fixed-shape `KVPool`); drop `cache_implementation` (pass `cache_implementation=None` where "
             "the generation config sets it) or pass 'static'."
         )
 

@@ -1,26 +1,40 @@
 """The running rows' windows: per-row tensors in one dataclass, and the pure window operations of a step.
 
 A window is `width = 2 * window_size` slots per row (a window plus the mask slots appended before a commit); a
-slot holds a token or the mask id. Every per-row tensor has the running rows as its first dimension, so rows that
-leave are one `select(index)`, and rows that join (continuous batching, docs/serving.md) are one
-concatenation of two states over the same fields (`join`).
+slot holds a token or the mask id. Every per-row tensor has the running rows as its first dimension, so the
+containers of them (`WindowState`, `StepPlan`, a policy's row state) share one generic `select(index)` for rows
+that leave and one `joined(other)` for rows that join (continuous batching, docs/serving.md): `PerRow`.
+
+A join builds every new value first and sets them only once all are built (`Updates`, `swap_in`): a fault while
+rows join (out of memory, say) leaves the running rows as they were, so it fails only the rows being admitted.
 """
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
+
+Updates = list[tuple[Any, dict[str, Any]]]
+"""Attribute values a join built, per object they belong to; nothing is set until `swap_in`."""
+
+
+def swap_in(updates: Updates) -> None:
+    """Set every attribute a join built (assignments only: nothing here can fail halfway)."""
+    for target, values in updates:
+        for name, value in values.items():
+            setattr(target, name, value)
 
 
 @dataclass(frozen=True)
 class WindowLayout:
-    """What every row's window shares: sizes, the mask id, the slot indices and the feed-order keys.
+    """What every row's window shares: sizes, the mask id, the slot indices and the feed-order keys (not the token
+    budget: rows joined by continuous batching have their own, `WindowState.max_new_tokens`).
 
     Invariant of every running row between steps: slots at or past its window `length` hold the mask id, so a
     slot is filled exactly when it is not the mask id (no separate liveness test)."""
 
     mask_id: int
     window_size: int
-    max_new_tokens: int
     slots: torch.Tensor
     """(1, width) slot indices: broadcasts against (rows, slots)."""
     mask_keys: torch.Tensor
@@ -34,14 +48,13 @@ class WindowLayout:
         cls,
         mask_id: int,
         window_size: int,
-        max_new_tokens: int,
         device: torch.device,
         suppressed: torch.Tensor | None = None,
     ) -> "WindowLayout":
         width = 2 * window_size  # a window plus the slots appended before a commit
         slots = torch.arange(width, device=device)[None]
         suppressed = None if suppressed is None else suppressed.to(device)
-        return cls(mask_id, window_size, max_new_tokens, slots, slots + width, slots + 2 * width, suppressed)
+        return cls(mask_id, window_size, slots, slots + width, slots + 2 * width, suppressed)
 
     @property
     def width(self) -> int:
@@ -68,7 +81,7 @@ class WindowScores:
     def select(self, index: torch.Tensor) -> "WindowScores":
         return WindowScores({name: kept[index] for name, kept in self.kinds.items()})
 
-    def join(self, other: "WindowScores") -> "WindowScores":
+    def joined(self, other: "WindowScores") -> "WindowScores":
         return WindowScores({name: torch.cat([kept, other.kinds[name]]) for name, kept in self.kinds.items()})
 
     def shift(self, source: torch.Tensor) -> None:
@@ -88,8 +101,30 @@ class WindowScores:
             kept[:, slots] = (scores if name == "scores" else logits).to(kept.dtype)
 
 
+class PerRow:
+    """A dataclass whose tensor fields (and `WindowScores`) all have the running rows first; other fields (flags,
+    checks, None) are shared by the rows and left alone."""
+
+    def row_fields(self) -> list[tuple[str, Any]]:
+        values = ((field.name, getattr(self, field.name)) for field in fields(self))
+        return [(name, value) for name, value in values if isinstance(value, (torch.Tensor, WindowScores))]
+
+    def select(self, index: torch.Tensor) -> None:
+        """Keep only the running rows `index` (the others left)."""
+        for name, value in self.row_fields():
+            setattr(self, name, value.select(index) if isinstance(value, WindowScores) else value[index])
+
+    def joined(self, other: "PerRow") -> dict[str, Any]:
+        """Every per-row field with `other`'s rows appended, built without touching this one (`swap_in` sets them)."""
+        return {
+            name: value.joined(theirs) if isinstance(value, WindowScores) else torch.cat([value, theirs])
+            for name, value in self.row_fields()
+            for theirs in (getattr(other, name),)
+        }
+
+
 @dataclass
-class WindowState:
+class WindowState(PerRow):
     """Per-row decoding state of the running rows (first dimension: the rows still decoding)."""
 
     rows: torch.Tensor
@@ -119,28 +154,15 @@ class WindowState:
         """The per-row counters every policy reports (`WeDLMStats.generated` / `processed`)."""
         return {"generated": self.generated, "processed": self.processed}
 
-    def select(self, index: torch.Tensor) -> None:
-        """Keep only the running rows `index` (the others finished)."""
-        for field in fields(self):
-            value = getattr(self, field.name)
-            if value is not None:
-                setattr(self, field.name, value.select(index) if isinstance(value, WindowScores) else value[index])
-
-    def join(self, other: "WindowState") -> None:
-        """Append `other`'s rows (continuous batching), both past their first forward (no prompt left to feed)."""
-        if other.prompt is not None or (self.prompt is not None and self.rows.shape[0] > 0):
+    def joined(self, other: "WindowState") -> dict[str, Any]:
+        """`PerRow.joined` of rows past their first forward (no prompt left to feed), on both sides."""
+        if self.prompt is not None or other.prompt is not None:
             raise ValueError("rows join only after their first forward, which feeds their prompt")
-        self.prompt = self.prompt_positions = None
-        for field in fields(self):
-            value = getattr(self, field.name)
-            if value is not None:
-                theirs = getattr(other, field.name)
-                joined = value.join(theirs) if isinstance(value, WindowScores) else torch.cat([value, theirs])
-                setattr(self, field.name, joined)
+        return super().joined(other)
 
 
 @dataclass
-class StepPlan:
+class StepPlan(PerRow):
     """What a policy decided before a forward, per running row: the window length to feed, the window's start
     among the generated tokens, which slots are filled and how many lead (plain: committed; lossless: the certain
     token and its drafts). `checks` are 0-dim tensors the step sync reads with everything else."""
@@ -153,15 +175,7 @@ class StepPlan:
     all_columns: bool = False
     """Whether the policy needs the logits of every fed column, not only of the mask columns."""
     checks: tuple[torch.Tensor, ...] = ()
-
-    def select(self, index: torch.Tensor) -> None:
-        self.length, self.start = self.length[index], self.start[index]
-        self.filled, self.leading = self.filled[index], self.leading[index]
-
-    def join(self, other: "StepPlan") -> None:
-        """Append `other`'s rows; its checks were read in its own sync."""
-        self.length, self.start = torch.cat([self.length, other.length]), torch.cat([self.start, other.start])
-        self.filled, self.leading = torch.cat([self.filled, other.filled]), torch.cat([self.leading, other.leading])
+    """Read in the sync of the plan's own rows (a joining batch's, in its own sync)."""
 
 
 @dataclass
