@@ -346,7 +346,8 @@ def test_a_row_whose_greedy_token_is_the_mask_fails_alone():
         with pytest.raises(ValueError, match="mask token"):  # one `generate` call fails as a whole
             lone_generate(model, PROMPTS[0], 20, config)
         results = run_staggered(WeDLMScheduler(model, config, max_batch_size=3), requests, [0, 1, 6])
-        assert results["reaches"].finish_reason == "error" and "greedy next token is the mask" in results["reaches"].error
+        failed = results["reaches"]
+        assert failed.finish_reason == "error" and "greedy next token is the mask token" in failed.error
         assert_alone_equal(model, config, requests[1:], results)
     finally:
         hook.remove()
@@ -377,4 +378,5 @@ def test_pending_requests_fail_when_the_decoding_thread_dies():
     finally:
         hook.remove()
     for result in results:
-        assert result.finish_reason == "error" and "engine stopped (EngineKilled: injected engine death)" in result.error
+        assert result.finish_reason == "error"
+        assert "engine stopped (EngineKilled: injected engine death)" in result.error

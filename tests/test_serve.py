@@ -3,6 +3,7 @@
 import json
 import socket
 
+import httpx
 import pytest
 import torch
 import transformers
@@ -265,15 +266,13 @@ def test_every_error_reaches_the_openai_client_with_its_message(server):
 
 def test_malformed_json_is_an_openai_shaped_422(server):
     client, _, _ = server
-    response = client.with_raw_response.models.list().http_response  # the server's address, from the client
-    import httpx
-
     reply = httpx.post(
-        str(response.url).replace("/models", "/completions"), content='{"model": ',
-        headers={"content-type": "application/json"}, timeout=PATIENCE_S,
+        f"{client.base_url}completions", content='{"model": ', headers={"content-type": "application/json"},
+        timeout=PATIENCE_S,
     )
     error = reply.json()["error"]
-    assert reply.status_code == 422 and error["type"] == "invalid_request_error" and "JSON decode error" in error["message"]
+    assert reply.status_code == 422 and error["type"] == "invalid_request_error"
+    assert error["message"].startswith("JSON decode error")
 
 
 def test_a_busy_port_is_one_line_and_exit_1(capsys):
@@ -286,4 +285,5 @@ def test_a_busy_port_is_one_line_and_exit_1(capsys):
         assert main(["serve", "--port", str(port)]) == 1
     out, err = capsys.readouterr()
     assert "serving on" not in out
-    assert err == f"wedlm-hf serve: error: port {port} on 127.0.0.1 is in use (another server?): stop it, or pick another port\n"
+    in_use = f"port {port} on 127.0.0.1 is in use (another server?): stop it, or pick another port"
+    assert err == f"wedlm-hf serve: error: {in_use}\n"

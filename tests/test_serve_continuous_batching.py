@@ -167,8 +167,12 @@ def test_a_request_failing_inside_decoding_fails_alone(server):
 
 @pytest.mark.parametrize(
     "fields, named",
-    [({"temperature": 1.5}, "temperature"), ({"temperature": 0.8, "extra_body": {"top_k": 5}}, "temperature, top_k"),
-     ({"frequency_penalty": 0.5}, "frequency_penalty"), ({"extra_body": {"repetition_penalty": 1.2}}, "repetition_penalty")],
+    [
+        ({"temperature": 1.5}, "temperature"),
+        ({"temperature": 0.8, "extra_body": {"top_k": 5}}, "temperature, top_k"),
+        ({"frequency_penalty": 0.5}, "frequency_penalty"),
+        ({"extra_body": {"repetition_penalty": 1.2}}, "repetition_penalty"),
+    ],
     ids=["temperature", "top-k", "frequency-penalty", "repetition-penalty"],
 )
 def test_sampling_other_than_the_servers_is_refused_naming_the_field(server, fields, named):

@@ -41,9 +41,11 @@ def _validation_message(errors: list[dict]) -> tuple[str, str | None]:
     """FastAPI's validation errors as one line, and the body field at fault when there is one."""
     parts, param = [], None
     for error in errors:
-        location = [str(part) for part in error.get("loc", ()) if part != "body"]
-        parts.append(f"{'.'.join(location)}: {error.get('msg')}" if location else str(error.get("msg")))
-        param = param or (location[0] if location else None)
+        fields = [part for part in error.get("loc", ()) if isinstance(part, str) and part != "body"]
+        detail = (error.get("ctx") or {}).get("error")  # e.g. what the JSON parser expected
+        message = str(error.get("msg")) + (f": {detail}" if detail else "")
+        parts.append(f"{'.'.join(fields)}: {message}" if fields else message)
+        param = param or (fields[0] if fields else None)
     return "; ".join(parts) or "invalid request", param
 
 
