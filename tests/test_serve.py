@@ -7,12 +7,14 @@ import httpx
 import pytest
 import torch
 import transformers
+from transformers import LogitsProcessorList
 from transformers.cli.serving import model_manager
 from transformers.cli.serving import utils as serving_utils
 from patience import PATIENCE_S
 
 import wedlm_hf
 from local_server import free_port, start_server
+from wedlm_hf.serving.requests import OpenAIPenalties
 
 openai = pytest.importorskip("openai", reason="the serve extra is not installed: pip install 'wedlm-hf[serve]'")
 serving = pytest.importorskip("wedlm_hf.serving")
@@ -240,6 +242,16 @@ def test_frequency_and_presence_penalties_have_openais_meaning(server, decoding)
         extra_body={"generation_config": json.dumps(decoding)},
     )
     assert served == expected
+
+
+def test_penalties_are_applied_in_plain_wedlm_decoding_too(server):
+    """Plain WeDLM mode (the server's default here) applies them over the committed tokens, as `generate` does
+    with the same processor."""
+    client, model, _ = server
+    penalties = OpenAIPenalties(len(TOKENIZER(PROMPT)["input_ids"]), 1.5, 0.5)
+    expected = local(model, logits_processor=LogitsProcessorList([penalties]))
+    assert expected != local(model)
+    assert complete(client, frequency_penalty=1.5, presence_penalty=0.5) == expected
 
 
 def test_penalties_out_of_range_are_refused_naming_the_field(server):
