@@ -2,8 +2,8 @@
 
 Both engines are built in this process (each with its own engine-core process) from the same checkpoint; per
 repeat, each prompt runs alone through one and then the other (the order alternating between repeats), so load
-drift hits both alike. Printed per prompt set, `wedlm-hf bench`-style: tokens per target forward as the drafter
-counts them (vLLM's own acceptance metrics count every mask slot as a rejected draft), target forwards per
+drift hits both alike. Printed per prompt set, `wedlm-hf bench`-style: tokens returned per target forward, the
+forwards as the drafter counts them (vLLM's own acceptance metrics count every mask slot as a rejected draft), target forwards per
 generated token, tokens/s and the median of the per-repeat wall-clock ratios plain / WeDLM, and how many outputs
 are identical to plain vLLM's greedy output.
 
@@ -70,8 +70,8 @@ def run_set(plain: LLM, wedlm: LLM, prompts: list[str], args: argparse.Namespace
     return {
         "prompts": len(prompts),
         "tokens": tokens,
-        "forwards_per_token": counts["forwards"] / counts["tokens"],
-        "tokens_per_forward": counts["tokens"] / counts["forwards"],
+        "forwards_per_token": counts["forwards"] / (tokens * args.repeats),  # tokens returned, not accepted
+        "tokens_per_forward": tokens * args.repeats / counts["forwards"],
         "drafter": counts,
         "plain_tokens_per_s": tokens / statistics.median(plain_times),
         "wedlm_tokens_per_s": tokens / statistics.median(wedlm_times),

@@ -36,11 +36,13 @@ def query_start_loc() -> torch.Tensor:
 
 
 class ForwardCapture:
-    """Holds the model and its last forward (`last`)."""
+    """Holds the model, its last forward (`last`) and how many forwards ran its Python code (`count`): a forward
+    replayed as a whole CUDA graph runs none, so `count` tells the drafter whether `last` is the forward just run."""
 
     def __init__(self, model: torch.nn.Module):
         self.model = model
         self.last: Forward | None = None
+        self.count = 0
         model.register_forward_hook(self._record, with_kwargs=True)
 
     def _record(self, module, args, kwargs, output) -> None:
@@ -49,3 +51,4 @@ class ForwardCapture:
         input_ids = kwargs["input_ids"] if "input_ids" in kwargs else args[0]
         positions = kwargs["positions"] if "positions" in kwargs else args[1]
         self.last = Forward(input_ids, positions, output, query_start_loc())
+        self.count += 1

@@ -16,6 +16,7 @@ import functools
 import numpy as np
 import torch
 from vllm.config import VllmConfig
+from vllm.logger import init_logger
 
 from .capture import ForwardCapture
 from .config import check_model
@@ -26,7 +27,12 @@ from .schedule import LastForward, next_width, split
 LOOKUP_NGRAM = 2
 LOOKUP_TOKENS = 10
 """Prompt lookup: the n-gram that must match, and the most tokens one match drafts (`wedlm_hf`'s defaults)."""
+WHOLE_GRAPH = (
+    "WeDLM drafting saw no forward: vLLM replayed it as a whole CUDA graph, so requests decode one token per "
+    "forward; pass compilation_config={'cudagraph_mode': 'PIECEWISE'} (or enforce_eager=True) to draft"
+)
 
+logger = init_logger(__name__)
 
 
 class WeDLMDrafter:
@@ -40,6 +46,8 @@ class WeDLMDrafter:
         self.budget = vllm_config.speculative_config.num_speculative_tokens
         self.max_model_len = model_config.max_model_len
         self.capture: ForwardCapture | None = None
+        self.seen = 0
+        """`capture.count` at the last proposal."""
         self.stats = zeroed()
         if self.options.prompt_lookup:  # vLLM's own n-gram search (compiled by numba on import)
             from vllm.v1.spec_decode.ngram_proposer import _find_longest_matched_ngram_and_propose_tokens
@@ -58,8 +66,11 @@ class WeDLMDrafter:
         slot_mappings=None,
     ) -> list[list[int]]:
         """Per request (rows of vLLM's input batch, in the forward's order): drafts, then mask slots."""
-        forward = self.capture.last
-        rows = len(sampled_token_ids)
+        forward, rows = self.capture.last, len(sampled_token_ids)
+        if self.capture.count == self.seen:  # replayed as a whole CUDA graph: nothing read, no drafts
+            logger.warning_once(WHOLE_GRAPH)
+            return [[] for _ in range(rows)]
+        self.seen = self.capture.count
         starts = forward.query_start_loc[: rows + 1].tolist()
         ids = forward.input_ids[: starts[-1]].tolist()
         positions = forward.positions[: starts[-1]].tolist()

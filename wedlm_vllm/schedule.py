@@ -3,7 +3,7 @@
 A request's schedule is a function of what that forward fed (drafts, then mask slots) and what vLLM's rejection
 sampler accepted, so the drafter keeps no state between forwards: nothing to key by request, nothing that two
 engines or a reordered batch could mix up. It follows `wedlm_hf`'s adaptive draft schedule in spirit: a request
-starts wide; a forward whose drafts all pass widens it (doubling, up to the slot budget), a rejection narrows it
+starts at `START_WIDTH`; a forward whose drafts all pass widens it (doubling, up to the slot budget), a rejection narrows it
 to what was accepted (none accepted: one-token forwards, plain vLLM's cost), and a request at one-token forwards
 tries two mask slots whenever its length is a multiple of `PROBE_PERIOD`, so a model whose drafts start to pass
 again gets its width back.
@@ -11,10 +11,13 @@ again gets its width back.
 
 from dataclasses import dataclass
 
-PROBE_PERIOD = 32
-"""A request at one-token forwards feeds two mask slots when its length is a multiple of this: on a model whose
-drafts fail (SmolLM2 untrained for WeDLM), a probe and the failed draft after it cost about one extra forward of a
-few tokens per this many tokens."""
+START_WIDTH = 8
+"""A new request's first width: a WeDLM-trained model reaches the budget two forwards later, and a model whose
+drafts fail pays two forwards of at most 9 tokens before its first rejection instead of two of 25."""
+PROBE_PERIOD = 64
+"""A request at one-token forwards feeds two mask slots when its length is a multiple of this (`wedlm_hf`'s longest
+wait between probes): on a model whose drafts fail, a probe and the failed draft after it add 8 tokens to two
+forwards per this many tokens."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,7 @@ def next_width(last: LastForward, budget: int) -> int:
     """Draft tokens (drafts plus mask slots) for the request's next forward, at most `budget`; 0 means a plain
     one-token forward."""
     if last.prefill:
-        return budget
+        return min(budget, START_WIDTH)
     if last.accepted < last.drafts:  # a rejection
         if last.masks == 0 or last.accepted == 0:
             return 0

@@ -1,0 +1,98 @@
+"""The parts of the vLLM plugin (`wedlm_vllm`) that need no vLLM, in the main suite: importing it loads neither
+vLLM nor `wedlm_hf`, its options round-trip through the drafter's class name, its draft schedule, and its
+model_type "wedlm" config reads every WeDLM config as `wedlm_hf.WeDLMConfig` does (layout, head size, mask id),
+with a greedy output equal to `WeDLMForCausalLM`'s on the embedded checkpoint."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoTokenizer, Qwen3ForCausalLM
+
+import wedlm_hf
+from wedlm_hf import WeDLMConfig, WeDLMForCausalLM
+from wedlm_vllm import DrafterOptions, speculative_config
+from wedlm_vllm.config import WeDLMVllmConfig
+from wedlm_vllm.schedule import PROBE_PERIOD, LastForward, next_width, split
+
+HUB_CONFIGS = sorted(Path(wedlm_hf.__file__).parent.joinpath("hub_configs").glob("*/config.json"))
+
+
+def test_importing_the_plugin_loads_neither_vllm_nor_wedlm_hf():
+    code = "import sys, wedlm_vllm; print(sorted(m for m in ('vllm', 'wedlm_hf', 'torch') if m in sys.modules))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
+
+
+@pytest.mark.parametrize("options", [DrafterOptions(), DrafterOptions(16), DrafterOptions(None, True), DrafterOptions(0, True)])
+def test_options_round_trip_through_the_class_name(options):
+    model = speculative_config(8, options.mask_token_id, options.prompt_lookup)["model"]
+    module, _, name = model.rpartition(".")
+    assert module == "wedlm_vllm.drafter" and name.isidentifier()
+    assert DrafterOptions.from_class_name(name) == options
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: speculative_config(1), "num_speculative_tokens must be >= 2"),
+        (lambda: speculative_config("8"), "num_speculative_tokens must be an int"),
+        (lambda: speculative_config(mask_token_id=-1), "mask_token_id must be a token id"),
+        (lambda: speculative_config(prompt_lookup="yes"), "prompt_lookup must be True or False"),
+        (lambda: DrafterOptions.from_class_name("WeDLMDrafter__window_8"), "unknown WeDLM drafter option 'window_8'"),
+        (lambda: DrafterOptions.from_class_name("Other"), "not a WeDLM drafter name"),
+    ],
+)
+def test_bad_options_name_the_option(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def forward(drafts=0, masks=0, accepted=0, prefill=False, length=33) -> LastForward:
+    return LastForward(drafts=drafts, masks=masks, accepted=accepted, prefill=prefill, length=length)
+
+
+@pytest.mark.parametrize(
+    ("last", "width"),
+    [
+        (forward(prefill=True), 8),  # a new request starts narrow...
+        (forward(masks=8), 18),  # ...and widens while its drafts pass
+        (forward(masks=24), 24),  # mask slots only: all pass, stays wide
+        (forward(drafts=12, masks=12, accepted=12), 24),
+        (forward(drafts=1, masks=5, accepted=1), 14),  # widening after a probe's draft passed
+        (forward(drafts=12, masks=12, accepted=0), 0),  # nothing accepted: one-token forwards
+        (forward(drafts=12, masks=12, accepted=2), 6),  # an early rejection: about what was accepted
+        (forward(drafts=12, masks=12, accepted=7), 24),  # a late one keeps the width
+        (forward(), 0),  # one-token forwards stay so...
+        (forward(length=2 * PROBE_PERIOD), 2),  # ...but for a probe of two mask slots now and then
+        (forward(drafts=3, accepted=3), 0),  # prompt-lookup drafts alone never widen the mask slots
+    ],
+)
+def test_width_follows_the_last_forward(last, width):
+    assert next_width(last, budget=24) == width
+
+
+def test_split_gives_drafts_at_most_half_the_width():
+    assert split(24, 30) == (12, 12) and split(24, 5) == (5, 19) and split(2, 0) == (0, 2) and split(0, 4) == (0, 0)
+
+
+@pytest.mark.parametrize("path", HUB_CONFIGS + [Path(wedlm_hf.DEFAULT_MODEL) / "config.json"], ids=lambda p: p.parent.name)
+def test_plugin_config_reads_wedlm_configs_as_the_package_does(path):
+    fields = json.loads(path.read_text())
+    ours, theirs = WeDLMVllmConfig(**fields), WeDLMConfig(**fields)
+    for name in ("attention_bias", "qk_norm", "head_dim", "mask_token_id", "num_key_value_heads", "vocab_size"):
+        assert getattr(ours, name) == getattr(theirs, name), name
+    assert ours.architectures == ["Qwen2ForCausalLM" if theirs.attention_bias else "Qwen3ForCausalLM"]
+
+
+def test_embedded_checkpoint_as_qwen3_generates_what_wedlm_does():
+    """The vLLM tests compare with transformers' Qwen3ForCausalLM under the plugin's config: the same tokens."""
+    tokenizer = AutoTokenizer.from_pretrained(wedlm_hf.DEFAULT_MODEL)
+    ids = tokenizer(["1, 2, 3, 4, 5, 6, 7, 8, ", "def read_lines(path):\n"], return_tensors="pt", padding=True)
+    config = WeDLMVllmConfig.from_pretrained(wedlm_hf.DEFAULT_MODEL)
+    qwen3 = Qwen3ForCausalLM.from_pretrained(wedlm_hf.DEFAULT_MODEL, config=config, dtype=torch.float32)
+    wedlm = WeDLMForCausalLM.from_pretrained(wedlm_hf.DEFAULT_MODEL, dtype=torch.float32)
+    greedy = dict(max_new_tokens=64, do_sample=False, decoding="ar")
+    assert torch.equal(qwen3.generate(**ids, max_new_tokens=64, do_sample=False), wedlm.generate(**ids, **greedy))
