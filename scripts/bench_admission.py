@@ -5,8 +5,8 @@ Admission: the time to admit one request (its first step, prompt and first windo
 running row's K/V, every exit index-selects them) and for the pool (`kv_pool=True`: one pool row written, one
 freed); the join alone (`DecodeLoop.join`, where the copying happens); the time for the request to leave again
 (exit); and one step of the N rows (the pool's forwards read a view of its rows, the growing cache's its own
-tensors). Medians of interleaved repeats (every path and N in turn,
-so a busy moment of a shared machine falls on all of them); each figure's ratio to its path's N=1 figure beside it.
+tensors). Medians of interleaved repeats (every path and N in turn, so a busy moment of a shared machine falls on
+all of them); each figure's ratio to its path's N=1 figure beside it.
 
 Memory: 32 requests (256-token prompts, `--new-tokens` each) arriving one per step, for each path: the peak of live
 tensor bytes during the run (torch's profiler: K/V, activations, records; the model's weights, allocated before,
