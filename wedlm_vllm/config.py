@@ -91,5 +91,5 @@ def check_model(hf_config: PretrainedConfig, architectures: list[str], options: 
         raise ValueError(f"mask_token_id={mask_token_id} is outside the vocabulary (0..{vocab_size - 1})")
     eos = getattr(hf_config, "eos_token_id", None)
     if mask_token_id in (eos if isinstance(eos, list) else [eos]):
-        raise ValueError(f"mask_token_id={mask_token_id} is an eos_token_id of the model: pick a token it does not emit")
+        raise ValueError(f"mask_token_id={mask_token_id} is an eos_token_id of the model: pick one it does not emit")
     return mask_token_id

@@ -80,6 +80,7 @@ class WeDLMDrafter:
                 plans.append(None)
                 continue
             start, end = starts[row], starts[row + 1]
+            fed, length = end - start, int(num_tokens_no_spec[row])
             first_mask = end
             while first_mask > start + 1 and ids[first_mask - 1] == self.mask_token_id:
                 first_mask -= 1
@@ -87,8 +88,9 @@ class WeDLMDrafter:
                 drafts=first_mask - start - 1,
                 masks=end - first_mask,
                 accepted=len(sampled) - 1,
-                prefill=end - start > 1 and len(sampled) == 1 and num_tokens_no_spec[row] == positions[start] + end - start + 1,
-                length=int(num_tokens_no_spec[row]),
+                # a prompt's last chunk: several tokens fed, one sampled after all of them
+                prefill=fed > 1 and len(sampled) == 1 and length == positions[start] + fed + 1,
+                length=length,
             )
             self._count(last, len(sampled))
             usable = not last.prefill and last.accepted == last.drafts and last.masks >= 2

@@ -3,10 +3,10 @@
 A request's schedule is a function of what that forward fed (drafts, then mask slots) and what vLLM's rejection
 sampler accepted, so the drafter keeps no state between forwards: nothing to key by request, nothing that two
 engines or a reordered batch could mix up. It follows `wedlm_hf`'s adaptive draft schedule in spirit: a request
-starts at `START_WIDTH`; a forward whose drafts all pass widens it (doubling, up to the slot budget), a rejection narrows it
-to what was accepted (none accepted: one-token forwards, plain vLLM's cost), and a request at one-token forwards
-tries two mask slots whenever its length is a multiple of `PROBE_PERIOD`, so a model whose drafts start to pass
-again gets its width back.
+starts at `START_WIDTH`; a forward whose drafts all pass widens it (doubling, up to the slot budget), a rejection
+narrows it to what was accepted (none accepted: one-token forwards, plain vLLM's cost), and a request at
+one-token forwards tries two mask slots whenever its length is a multiple of `PROBE_PERIOD`, so a model whose
+drafts start to pass again gets its width back.
 """
 
 from dataclasses import dataclass
