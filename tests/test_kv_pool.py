@@ -5,7 +5,9 @@ request's record is as wide as its budget. Every request still decodes what a `g
 
 import pytest
 import torch
-from test_continuous_batching import ARRIVALS, BUDGETS, PROMPTS, assert_alone_equal, run_staggered, server_config
+from test_continuous_batching import (
+    ARRIVALS, BUDGETS, PROMPTS, WINDOW, assert_alone_equal, run_staggered, server_config,
+)
 from tiny_models import tiny_model
 
 import wedlm_hf
@@ -13,7 +15,7 @@ from wedlm_hf.continuous import GenerationRequest, WeDLMScheduler
 from wedlm_hf.continuous.batch import RunningBatch
 from wedlm_hf.generation.cache import WeDLMCache
 from wedlm_hf.generation.lossless import LosslessPolicy
-from wedlm_hf.generation.pool import GROWTH_COLUMNS, PoolBackend
+from wedlm_hf.generation.pool import GROWTH, GROWTH_COLUMNS, PoolBackend
 from wedlm_hf.generation.record import OutputRecord
 
 
@@ -66,16 +68,25 @@ def test_admission_writes_only_the_new_rows_and_exit_moves_nothing(monkeypatch, 
     assert scheduler.batch.pool.pool_rows == []
 
 
-def test_a_growing_pool_copies_once_and_decodes_as_alone():
-    """Without `max_sequence_length` the pool grows to the longest request admitted, while others run."""
+def test_a_growing_pool_follows_its_longest_row_and_decodes_as_alone():
+    """Without `max_sequence_length` the pool grows with its longest running row, by a quarter at a time, while
+    other rows run; not by a request's budget (a request may run to the position limit)."""
     model = wedlm_hf.enable(tiny_model("llama"))
     config = server_config(model, wedlm_lossless=True)
     scheduler = WeDLMScheduler(model, config, max_batch_size=2)
-    requests = requests_of([PROMPTS[1], PROMPTS[2]], [12, 3 * GROWTH_COLUMNS])
-    columns = []
-    results = run_staggered(scheduler, requests, [0, 2], lambda s: columns.append(s.batch.pool.cache.max_cache_len))
+    requests = requests_of([PROMPTS[1], PROMPTS[2]], [12, 200])
+    columns, longest = [], []
+
+    def sizes(s):
+        columns.append(s.batch.pool.cache.max_cache_len)
+        longest.append(max([len(state.request.input_ids) + len(state.tokens) for state in s.running], default=0))
+
+    results = run_staggered(scheduler, requests, [0, 2], sizes)
     assert_alone_equal(model, config, requests, results)
-    assert columns[0] == GROWTH_COLUMNS and columns[-1] == 4 * GROWTH_COLUMNS
+    assert columns[0] == GROWTH_COLUMNS < columns[-1] and columns == sorted(columns)
+    width = 2 * WINDOW  # a forward's widest window
+    assert max(longest) <= columns[-1] <= GROWTH * (max(longest) + width) + GROWTH_COLUMNS
+    assert 1 < len(set(columns)) <= 6, "the pool grows a few times per doubling of its longest row"
 
 
 @pytest.mark.parametrize(

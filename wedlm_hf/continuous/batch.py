@@ -10,7 +10,7 @@ the batch only ever holds rows that decode.
 The K/V of the running rows live in a pool of `max_batch_size` preallocated rows (generation/pool.py): a joining
 row's K/V are copied into a free pool row and nothing else moves, and a row that ends frees its pool row, so no
 admission or exit copies the running rows' cache. The pool's columns are the longest sequence a request may
-reach (`max_sequence_length`, when the caller gives one) or grow to the longest request admitted so far. Without
+reach (`max_sequence_length`, when the caller gives one) or grow with the longest running row. Without
 the pool (`kv_pool=False`, or an attention implementation that takes no 4D mask, such as FlashAttention) the
 rows share one growing cache, which every admission concatenates and every exit index-selects.
 """
@@ -106,9 +106,6 @@ class RunningBatch:
             self.settings, self.config, self.processors, record,
         )
         first_step(loop)
-        if self.pool is not None:  # room for the longest: prompt, budget and a window (a growing pool copies once)
-            longest = max(len(request.input_ids) + request.max_new_tokens for request in group)
-            self.pool.reserve(longest + self.layout.width)
         if self.loop is not None:
             self.loop.join(loop)
             return

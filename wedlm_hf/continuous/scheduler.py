@@ -47,7 +47,7 @@ class WeDLMScheduler:
     """Admits, decodes and retires requests; `step()` runs one step and returns what each request gained.
 
     `max_sequence_length` bounds a request's prompt plus max_new_tokens (default: the model's positions); given,
-    the K/V pool reserves that many columns per row up front, else it grows to the longest request admitted.
+    the K/V pool reserves that many columns per row up front, else it grows with the longest running row.
     `kv_pool=False` keeps the running rows' K/V in one growing cache instead of the pool (batch.py)."""
 
     def __init__(

@@ -20,8 +20,11 @@ With `fixed_width` (`wedlm_static=True`, or `cache_implementation="static"`), ev
 every pool row and every column: one shape for the whole call, so `torch.compile` / CUDA graphs capture the step
 once (compiled with `model.get_compiled_call(compile_config)`, transformers' machinery, on CUDA or wherever a
 `compile_config` is given). Without it (continuous batching), a forward feeds the longest running window over the
-columns up to the longest row plus that width (sizes read in the step's one sync), and a pool not told its
-longest sequence grows to the longest row admitted (`reserve`: the one copy of running rows it ever makes).
+columns up to the longest row plus that width (sizes read in the step's one sync). A pool not told its longest
+sequence grows with its longest row, by a quarter at a time (`reserve`): growing copies the running rows' K/V, a
+few times per doubling of the longest row, never at an admission that fits or at an exit, and the pool holds at
+most a quarter (plus 64 columns) more than its longest row needs. Growing by the rows' use rather than their
+budgets keeps a request that may run to the model's position limit from reserving that limit in every row.
 """
 
 import torch
@@ -32,8 +35,9 @@ from .attention import additive_mask, window_attention_kwargs, window_forward
 from .cache import WeDLMCache
 from .window import Updates, swap_in
 
+GROWTH = 5 / 4
 GROWTH_COLUMNS = 64
-"""A growing pool's columns are a multiple of this: growth copies, so it should not happen at every admission."""
+"""A growing pool grows to `GROWTH` times the columns it needs, rounded up to a multiple of `GROWTH_COLUMNS`."""
 
 
 class RowWriteLayer(StaticLayer):
@@ -140,13 +144,14 @@ class PoolBackend:
         self.compiled_call = compiled_call
 
     def reserve(self, columns: int) -> None:
-        """Make room for rows of up to `columns` K/V columns (prompt, budget and a window): a growing pool grows
-        (copying what it holds, once), a fixed one refuses."""
+        """Make room for rows of `columns` K/V columns: a growing pool grows (copying what it holds), a fixed one
+        refuses."""
         if columns <= self.cache.max_cache_len:
             return
         if not self.grows:
             raise ValueError(f"A row needs {columns} cache columns; the pool holds {self.cache.max_cache_len}.")
-        swap_in(self.cache.grown(-(-columns // GROWTH_COLUMNS) * GROWTH_COLUMNS))
+        wanted = int(max(columns, self.cache.max_cache_len) * GROWTH)
+        swap_in(self.cache.grown(-(-wanted // GROWTH_COLUMNS) * GROWTH_COLUMNS))
 
     def shape(self, fed: int, mask_columns: int) -> tuple[int, int]:
         """The longest running window and its mask columns; with `fixed_width`, that width for both."""
@@ -177,7 +182,8 @@ class PoolBackend:
     def joined_rows(self, other) -> Updates:
         """Rows that ran their first step on `other` (a `DynamicBackend`) take the lowest free pool rows, appended
         after the running rows: each one's cached K/V are copied into its own pool row, valid columns first, and
-        nothing else is written. Those rows are free until `swap_in`, so an abandoned join changes nothing."""
+        nothing else is written (unless the pool must grow first, which keeps what it holds). Those rows are free
+        until `swap_in`, so an abandoned join changes nothing the running rows read."""
         source: WeDLMCache = other.cache
         count, width = source.key_mask.shape
         if count == 0:
@@ -186,8 +192,7 @@ class PoolBackend:
         free = [row for row in range(self.cache.rows) if row not in taken][:count]
         if len(free) < count:
             raise ValueError(f"{count} rows cannot join a pool with {len(free)} free rows.")
-        if width > self.cache.max_cache_len:
-            raise ValueError(f"Rows of {width} cached columns cannot join a pool of {self.cache.max_cache_len}.")
+        self.reserve(width)
         if self.cache.end is None:
             self.cache.allocate(source)
         rows = torch.tensor(free, dtype=torch.long, device=self.index.device)
@@ -215,7 +220,8 @@ class PoolBackend:
         if self.fixed_width is not None:
             view = (self.cache.rows, self.cache.max_cache_len)
         else:
-            view = (max(self.pool_rows) + 1, min(self.longest + fed, self.cache.max_cache_len))
+            self.reserve(self.longest + fed)
+            view = (max(self.pool_rows) + 1, self.longest + fed)
         placed = self.pool_rows != list(range(view[0]))
         if placed:  # the running rows are not pool rows 0, 1, ... in order: scatter them there
             input_ids = self._placed(input_ids, self.mask_id, view[0])
