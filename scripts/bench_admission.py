@@ -8,10 +8,11 @@ freed); the join alone (`DecodeLoop.join`, where the copying happens); the time 
 tensors). Medians of interleaved repeats (every path and N in turn, so a busy moment of a shared machine falls on
 all of them); each figure's ratio to its path's N=1 figure beside it.
 
-Memory: 32 requests (256-token prompts, `--new-tokens` each) arriving one per step, for each path: the peak of live
-tensor bytes during the run (torch's profiler: K/V, activations, records; the model's weights, allocated before,
-not counted) and, for the pool, its own K/V bytes, against the sum of the requests' own K/V needs (prompt +
-generated tokens, times the model's K/V bytes per token).
+Memory: 32 requests (256-token prompts, `--new-tokens` each) arriving one per step, for the growing cache, a pool
+that grows with its longest row and a pool told the longest sequence (`max_sequence_length`: reserved at the first
+admission): the peak of live tensor bytes during the run (torch's profiler: K/V, activations, records; the model's
+weights, allocated before, not counted) and the pool's own K/V bytes, against the sum of the requests' own K/V
+needs (prompt + generated tokens, times the model's K/V bytes per token).
 
     python scripts/bench_admission.py                  # the embedded checkpoint, 1 thread
     python scripts/bench_admission.py --repeats 5      # a quicker run
@@ -122,9 +123,13 @@ def memory_table(model, config, new_tokens: int, vocab: int) -> None:
     per_token = 2 * text.num_hidden_layers * text.num_key_value_heads * head_dim * model.dtype.itemsize
     print(f"\n32 requests (256-token prompts, {new_tokens} new tokens), one arriving per step; K/V {per_token} B/token")
     print("| path | K/V needs MB | peak tensors MB | vs needs | pool K/V MB | vs needs |\n|---|---|---|---|---|---|")
-    for kv_pool, name in PATHS.items():
+    longest = CONTEXT + new_tokens
+    arms = [("growing cache", False, None), ("pool, growing", True, None), (f"pool, {longest} reserved", True, longest)]
+    for name, kv_pool, max_sequence_length in arms:
         rng = random.Random(1)
-        scheduler = WeDLMScheduler(model, config, max_batch_size=32, kv_pool=kv_pool)
+        scheduler = WeDLMScheduler(
+            model, config, max_batch_size=32, kv_pool=kv_pool, max_sequence_length=max_sequence_length
+        )
         requests = [GenerationRequest(prompt(rng, vocab), new_tokens) for _ in range(32)]
         results, most_running = {}, []
 
