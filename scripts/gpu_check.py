@@ -11,7 +11,7 @@ On a randomly initialised Qwen3-8B-shaped model in bf16, built on the GPU (no do
    commits k tokens, which is what a trained model accepting k tokens per step costs; k comes from `--accepted`.
    Host syncs per forward are counted in a separate, untimed decode (`torch.cuda.set_sync_debug_mode`).
 3. decode, compiled: the same with transformers' static cache + `torch.compile` for AR and WeDLM's static-shape
-   path (`cache_implementation="static"`, generation/static.py) for WeDLM, one `CompileConfig`, after a warm-up.
+   path (`cache_implementation="static"`, generation/pool.py) for WeDLM, one `CompileConfig`, after a warm-up.
 4. `tests/gpu`, in a subprocess: FlashAttention-2 vs SDPA token equality (`test_flash.py`), and the static path on
    CUDA, eager and compiled with CUDA graphs (`test_static_cuda.py`).
 

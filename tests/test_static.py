@@ -1,4 +1,4 @@
-"""The static-shape path (`wedlm_static=True`, generation/static.py) against the default decoder, the cache-free
+"""The static-shape path (`wedlm_static=True`, generation/pool.py) against the default decoder, the cache-free
 reference and greedy AR, and the property it exists for: dynamo traces the step once."""
 
 import pytest

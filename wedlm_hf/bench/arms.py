@@ -39,7 +39,7 @@ COMPILED_FAMILIES: dict[str, dict] = {
     "wedlm_compiled": {"decoding": "wedlm", "cache_implementation": "static"},
 }
 """With `--compile`, compiled name -> keywords: transformers' static cache + `torch.compile` (the strongest AR a
-transformers user has) and WeDLM's static-shape path (generation/static.py), which `cache_implementation="static"`
+transformers user has) and WeDLM's static-shape path (generation/pool.py), which `cache_implementation="static"`
 selects. Both get the same `compile_config` and a `max_cache_len` that fits every call, so neither recompiles
 between prompts. Each is added when its eager family ("ar", "wedlm") runs."""
 

@@ -40,7 +40,7 @@ class WeDLMSettings:
     prompt_lookup_ngram: int = BY_SETTING["prompt_lookup_ngram"].default
     prompt_lookup_tokens: int = BY_SETTING["prompt_lookup_tokens"].default
     static: bool = False
-    """Fixed-shape steps over a preallocated cache (generation/static.py), for torch.compile / CUDA graphs."""
+    """Fixed-shape steps over a preallocated cache (generation/pool.py), for torch.compile / CUDA graphs."""
 
     @classmethod
     def resolve(
