@@ -9,6 +9,7 @@ from transformers import DynamicCache
 
 import wedlm_hf
 from wedlm_hf.generation.reference import reference_decode
+from wedlm_hf.generation.transformers_version import CACHE_KEYWORD
 
 
 @pytest.fixture(scope="module")
@@ -117,10 +118,10 @@ def test_inputs_embeds_only(model):
 
 def test_cache_from_an_earlier_call(model):
     input_ids, attention_mask = random_prompts([4])
-    cache = DynamicCache()
-    model(input_ids=input_ids, cache=cache, use_cache=True)
+    cache = {CACHE_KEYWORD: DynamicCache()}
+    model(input_ids=input_ids, use_cache=True, **cache)
     with pytest.raises(ValueError, match="full sequence"):
-        generate(model, input_ids, attention_mask, cache=cache)
+        generate(model, input_ids, attention_mask, **cache)
 
 
 def test_custom_generate_together_with_decoding(model):

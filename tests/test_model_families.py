@@ -8,6 +8,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, T5Config, T5ForCondit
 
 import wedlm_hf
 from wedlm_hf.generation.reference import reference_decode
+from wedlm_hf.generation.transformers_version import INSTALLED
 
 MAX_NEW = 16
 WINDOW = 4
@@ -54,6 +55,8 @@ ADMITTED = {
 
 @pytest.mark.parametrize("model_type", sorted(ADMITTED))
 def test_admitted_family_decodes_like_the_cache_free_reference(model_type):
+    if model_type == "gptj" and INSTALLED < (5, 24):
+        pytest.skip("GPT-J rotates inside its own attention before transformers 5.24, refused there (test below)")
     model = wedlm_hf.enable(tiny_family_model(model_type, **ADMITTED[model_type]))
     input_ids, attention_mask = random_prompts([5, 9], seed=1)
     output = model.generate(
@@ -103,6 +106,13 @@ def test_refused_family_says_what_it_lacks(model_type, overrides, reason):
         wedlm_hf.enable(model)
 
 
+@pytest.mark.skipif(INSTALLED >= (5, 24), reason="transformers 5.24 gave GPT-J and CodeGen a RoPE module")
+@pytest.mark.parametrize("model_type", ["gptj", "codegen"])
+def test_rope_inside_attention_is_refused_before_transformers_5_24(model_type):
+    with pytest.raises(ValueError, match=r"a sin/cos table of its own; run `pip install 'transformers>=5.24'`"):
+        wedlm_hf.enable(_on_meta(model_type))
+
+
 def test_encoder_decoder_is_refused():
     with torch.device("meta"):
         t5 = T5ForConditionalGeneration(T5Config(vocab_size=96, d_model=32, d_ff=64, num_layers=1, num_heads=2))
@@ -128,8 +138,9 @@ def test_forward_missing_an_argument_the_loop_passes_is_refused():
     llama_class = type(_on_meta("llama"))
 
     class NoLogitsToKeep(llama_class):
-        def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None, **kwargs):
-            return super().forward(input_ids, attention_mask, position_ids, cache, **kwargs)
+        def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None, past_key_values=None,
+                    **kwargs):  # the cache by either name: transformers 5.24 renamed `past_key_values` to `cache`
+            return super().forward(input_ids, attention_mask, position_ids, cache or past_key_values, **kwargs)
 
     with torch.device("meta"):
         model = NoLogitsToKeep(AutoConfig.for_model("llama", **SHAPE))

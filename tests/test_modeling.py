@@ -22,6 +22,7 @@ from transformers.utils import logging as transformers_logging
 import wedlm_hf
 from wedlm_hf import WeDLMConfig
 from wedlm_hf.generation import attention
+from wedlm_hf.generation.transformers_version import CACHE_KEYWORD
 from wedlm_hf.modeling.configuration_wedlm import QWEN_MASK_TOKEN_ID
 
 
@@ -147,10 +148,10 @@ def test_reordered_forward_with_mask_equals_cached(attn):
     positions = torch.tensor([list(range(len(prefix))) + window_positions])
     no_cache = model(input_ids=ids, position_ids=positions, attention_mask=torch.ones_like(ids), use_cache=False)
 
-    cache = wedlm_hf.WeDLMCache(key_mask=torch.ones(1, 0, dtype=torch.bool))
-    model(input_ids=ids[:, : len(prefix)], position_ids=positions[:, : len(prefix)], cache=cache, use_cache=True)
+    cache = {CACHE_KEYWORD: wedlm_hf.WeDLMCache(key_mask=torch.ones(1, 0, dtype=torch.bool))}
+    model(input_ids=ids[:, : len(prefix)], position_ids=positions[:, : len(prefix)], use_cache=True, **cache)
     cached = model(
-        input_ids=ids[:, len(prefix) :], position_ids=positions[:, len(prefix) :], cache=cache, use_cache=True
+        input_ids=ids[:, len(prefix) :], position_ids=positions[:, len(prefix) :], use_cache=True, **cache
     ).logits[0]
     assert torch.allclose(no_cache.logits[0, len(prefix) :], cached, atol=1e-5)
 
@@ -183,7 +184,8 @@ def test_flash_attention_gets_explicit_sequence_lengths(monkeypatch):
     monkeypatch.setattr(attention, "uses_flash_attention", lambda config: True)
     seen = []
     model.model.register_forward_pre_hook(
-        lambda module, args, kwargs: seen.append({**kwargs, "past": kwargs["cache"].get_seq_length()}), with_kwargs=True
+        lambda module, args, kwargs: seen.append({**kwargs, "past": kwargs[CACHE_KEYWORD].get_seq_length()}),
+        with_kwargs=True,
     )
     input_ids, attention_mask = random_prompts([6])
     model.generate(input_ids=input_ids, attention_mask=attention_mask, decoding="wedlm", max_new_tokens=8)

@@ -26,6 +26,7 @@ from transformers import AttentionInterface, PreTrainedConfig
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .mask_slots import forward_with_mask_slots
+from .transformers_version import CACHE_KEYWORD
 
 WINDOW_ATTENTION = "wedlm_window_attention"
 """The keyword a window forward passes down to the model's attention calls (`window_attention_kwargs`)."""
@@ -100,9 +101,9 @@ def window_forward(
         input_ids=input_ids,
         attention_mask=attention_mask,
         position_ids=position_ids,
-        cache=cache,
         use_cache=True,
         logits_to_keep=logits_to_keep,
+        **{CACHE_KEYWORD: cache},
         **attention_kwargs,
     ).logits
 

@@ -57,6 +57,8 @@ class KVPool(Cache):
     """`rows` pool rows of `max_cache_len` K/V columns per layer, allocated from the first K/V copied in (their
     heads, head sizes, dtype and device); builds each forward's 4D mask and write columns itself."""
 
+    max_cache_len: int = 0  # settable: transformers 5.19's `Cache` has a read-only `max_cache_len` (5.20 dropped it)
+
     def __init__(self, num_layers: int, rows: int, max_cache_len: int, mask_dtype: torch.dtype | None):
         super().__init__(layers=[RowWriteLayer(max_cache_len) for _ in range(num_layers)])
         self.rows, self.max_cache_len = rows, max_cache_len

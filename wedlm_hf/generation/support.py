@@ -11,7 +11,9 @@ import inspect
 
 from transformers import PreTrainedConfig, PreTrainedModel
 
-FORWARD_ARGUMENTS = ("position_ids", "cache", "logits_to_keep")
+from .transformers_version import CACHE_KEYWORD
+
+FORWARD_ARGUMENTS = ("position_ids", CACHE_KEYWORD, "logits_to_keep")
 """Arguments the decoding loop passes to the model's forward."""
 
 
@@ -31,6 +33,10 @@ def _position_problem(model: PreTrainedModel, config: PreTrainedConfig) -> str |
     if position_type not in ("rope", "rotary"):
         return f"config.position_embedding_type is {position_type!r}, not RoPE from `position_ids`"
     if not any(type(module).__name__.endswith("RotaryEmbedding") for module in model.modules()):
+        if any(hasattr(module, "rotary_dim") and hasattr(module, "embed_positions") for module in model.modules()):
+            # GPT-J and CodeGen up to transformers 5.23 rotate in attention code of their own (CodeGen's decodes
+            # WeDLM windows wrongly there); 5.24 moved both onto a RoPE module and transformers' attention functions
+            return "its attention rotates by a sin/cos table of its own; run `pip install 'transformers>=5.24'`"
         return "it has no rotary position embedding (RoPE) to give each slot its logical position"
     nope_layers = [i for i, uses_rope in enumerate(getattr(config, "no_rope_layers", None) or []) if not uses_rope]
     if nope_layers:

@@ -1,18 +1,20 @@
-"""The transformers versions this code runs on, checked when it is imported.
+"""The transformers versions this code runs on, checked when it is imported, and what differs between them.
 
 Exported remote code is loaded by whatever transformers the user has; an older one fails deep inside a class
 definition (4.x raises `StrictDataclassDefinitionError` on the config), so the check comes first and names the fix.
+The oldest supported release is the newest that vLLM's CPU build (0.32) accepts; every difference between it and
+the newest tested release is named here, with the release that made it.
 """
 
 import re
 
 import transformers
 
-TRANSFORMERS_REQUIREMENT = ">=5.24,<6"
-"""The range exported code accepts (the package itself installs the tested 5.24); `custom_generate/requirements.txt`
-is written from it."""
+TRANSFORMERS_REQUIREMENT = ">=5.19,<6"
+"""The range exported code accepts (the package itself installs the tested 5.19 through 5.24);
+`custom_generate/requirements.txt` is written from it."""
 
-_MINIMUM = (5, 24)
+_MINIMUM = (5, 19)
 _BELOW_MAJOR = 6
 
 
@@ -32,3 +34,10 @@ def check_transformers_version(version: str | None = None) -> None:
             f"WeDLM needs transformers{TRANSFORMERS_REQUIREMENT}, but transformers {version} is installed. "
             f"Run: pip install 'transformers{TRANSFORMERS_REQUIREMENT}'"
         )
+
+
+INSTALLED = _major_minor(transformers.__version__)
+
+CACHE_KEYWORD = "cache" if INSTALLED >= (5, 24) else "past_key_values"
+"""The keyword a model's forward takes its cache by: transformers 5.24 renamed `past_key_values` to `cache` (the old
+name still works there, with a deprecation warning; 5.23 and older ignore `cache`)."""

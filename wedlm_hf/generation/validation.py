@@ -14,6 +14,7 @@ from .attention import MASK_IMPLEMENTATIONS
 from .processors import check_processors
 from .settings import WeDLMSettings
 from .support import check_supported
+from .transformers_version import CACHE_KEYWORD
 
 
 class UnsupportedRequest(ValueError):
@@ -95,7 +96,7 @@ def check_request(
         )
     if synced_gpus:
         raise UnsupportedRequest("WeDLM decoding does not support `synced_gpus=True`.")
-    cache = model_kwargs.get("cache")
+    cache = model_kwargs.get(CACHE_KEYWORD)
     if cache is not None and cache.get_seq_length() > 0:
         raise UnsupportedRequest(
             "WeDLM decoding builds its own cache; a filled `cache` / `past_key_values` from an earlier call cannot be "

@@ -49,11 +49,6 @@ class WeDLMConfig(Qwen3Config):
     qk_norm: bool | None = None
     mask_token_id: int | None = None
 
-    @property
-    def base_model_tp_plan(self) -> dict[str, str]:
-        """The tensor-parallel plan of the layers this layout builds: Qwen2's has no q/k norm entries."""
-        return Qwen3Config.base_model_tp_plan if self.qk_norm else Qwen2Config.base_model_tp_plan
-
     def __post_init__(self, **kwargs):
         if self.head_dim is None:
             self.head_dim = self.hidden_size // self.num_attention_heads
@@ -61,6 +56,9 @@ class WeDLMConfig(Qwen3Config):
             self.attention_bias = True if self.qk_norm is None else not self.qk_norm
         if self.qk_norm is None:
             self.qk_norm = not self.attention_bias
+        # the tensor-parallel plan of the layers this layout builds (Qwen2's has no q/k norm entries), on the
+        # instance: transformers 5.20 and older extend it there for tied embeddings (5.21 dropped that)
+        self.base_model_tp_plan = Qwen3Config.base_model_tp_plan if self.qk_norm else Qwen2Config.base_model_tp_plan
         if self.qk_norm == self.attention_bias:
             raise ValueError(
                 f"WeDLMConfig got attention_bias={self.attention_bias} and qk_norm={self.qk_norm}, which contradict: "

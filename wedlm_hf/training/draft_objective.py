@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 from ..draft_adapter import unwrapped
-from ..generation.mask_slots import forward_with_mask_slots
+from ..generation.mask_slots import forward_with_mask_positions
+from ..generation.transformers_version import CACHE_KEYWORD
 from .objective import IGNORE_INDEX
 
 
@@ -31,13 +32,13 @@ def draft_only_forward(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -
     with torch.no_grad():
         decoder(
             input_ids=input_ids[:, :length], position_ids=positions[:, :length],
-            attention_mask=mask[:, :, :length, :length], cache=cache, use_cache=True,
+            attention_mask=mask[:, :, :length, :length], use_cache=True, **{CACHE_KEYWORD: cache},
         )
     labels, weights = batch["labels"][:, length:], batch["loss_weights"][:, length:]
     masked = labels != IGNORE_INDEX  # the collator's mask slots: the only positions with a label
-    hidden = forward_with_mask_slots(
+    hidden = forward_with_mask_positions(
         decoder, masked, input_ids=input_ids[:, length:], position_ids=positions[:, length:],
-        attention_mask=mask[:, :, length:, :], cache=cache, use_cache=True,
+        attention_mask=mask[:, :, length:, :], use_cache=True, **{CACHE_KEYWORD: cache},
     ).last_hidden_state
     logits = causal_lm.get_output_embeddings()(hidden[masked])
     softcap = getattr(causal_lm.config.get_text_config(), "final_logit_softcapping", None)
