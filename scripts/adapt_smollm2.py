@@ -26,10 +26,11 @@ from pathlib import Path
 
 import torch
 
+from wedlm_hf.bench.prompts import stdlib_files
 from wedlm_hf.finetune import FinetuneOptions, finetune
 from wedlm_hf.finetune.mask_token import record_mask_token, unused_special_token
 from wedlm_hf.loading import load_model_and_tokenizer
-from wedlm_hf.training.corpus import low_entropy_documents, read_stdlib, stdlib_files
+from wedlm_hf.training.corpus import low_entropy_documents, read_stdlib
 
 BASE = "smollm2"
 NEW_TOKENS = 96

@@ -19,7 +19,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import wedlm_hf
-from wedlm_hf.training.corpus import stdlib_files
+from wedlm_hf.bench.prompts import stdlib_files
 
 COUNTING_PROMPTS = (
     "1, 2, 3, 4, 5, ",

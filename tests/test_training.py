@@ -18,7 +18,8 @@ from wedlm_hf.training import (
     train_tokenizer,
 )
 from wedlm_hf.cli import main as wedlm_hf_cli
-from wedlm_hf.training.corpus import low_entropy_documents, pack, stdlib_files
+from wedlm_hf.bench.prompts import stdlib_files
+from wedlm_hf.training.corpus import low_entropy_documents, pack
 
 
 def batch_of(rows: torch.Tensor, **options) -> dict:

@@ -1,11 +1,12 @@
 """Prompt sets: held-out Python stdlib code, counting sequences, input-grounded edit requests on held-out
 functions, a user's JSONL file, or random ids.
 
-The embedded checkpoint is trained on stdlib files, so code prompts must come from files it never saw: the
-"eval" split of `wedlm_hf.training.corpus`. An install without the training package falls back to a fixed rule
-(sorted top-level stdlib modules whose name hashes to 0 mod 10), which is stable but not guaranteed unseen.
+The embedded checkpoint is trained on stdlib files, so code prompts must come from files it never saw. The split
+is declared here, the lower of the two packages that read it: `stdlib_files("eval")` gives the prompts,
+`wedlm_hf.training.corpus` trains on `stdlib_files("train")`.
 """
 
+import hashlib
 import json
 import sysconfig
 import zlib
@@ -14,21 +15,35 @@ from pathlib import Path
 import torch
 
 PROMPT_SETS = ("code", "counting", "grounded")
+HELD_OUT_PERCENT = 5
+_SKIPPED_DIRS = {"test", "tests", "idle_test", "site-packages", "__pycache__"}
 
 
-def _held_out_files() -> list[Path]:
-    try:
-        from ..training.corpus import stdlib_files
-    except ImportError:
-        stdlib = Path(sysconfig.get_paths()["stdlib"])
-        return [p for p in sorted(stdlib.glob("*.py")) if zlib.crc32(p.name.encode()) % 10 == 0]
-    return stdlib_files("eval")
+def stdlib_root() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def stdlib_files(split: str) -> list[Path]:
+    """Sorted stdlib *.py files of `split` ("train" or "eval"); ~5% by SHA-256 of the relative path are "eval", so
+    the held-out files are the same on every run and machine with the same Python."""
+    if split not in ("train", "eval"):
+        raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    root = stdlib_root()
+    chosen = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root)
+        if _SKIPPED_DIRS.intersection(relative.parts):
+            continue
+        held_out = int(hashlib.sha256(relative.as_posix().encode()).hexdigest(), 16) % 100 < HELD_OUT_PERCENT
+        if held_out == (split == "eval"):
+            chosen.append(path)
+    return chosen
 
 
 def code_prompts(count: int, max_chars: int = 600) -> list[str]:
     """The opening of the first function or class of each held-out stdlib file, cut at a line end."""
     prompts = []
-    for path in _held_out_files():
+    for path in stdlib_files("eval"):
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
         start = next((i for i, line in enumerate(lines) if line.startswith(("def ", "class "))), None)
         if start is None:
@@ -48,7 +63,7 @@ def code_prompts(count: int, max_chars: int = 600) -> list[str]:
 def held_out_functions(count: int, max_chars: int = 900) -> list[str]:
     """The first whole top-level function of each held-out stdlib file that has one of at most `max_chars`."""
     functions = []
-    for path in _held_out_files():
+    for path in stdlib_files("eval"):
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
         for start, line in enumerate(lines):
             if not line.startswith("def "):

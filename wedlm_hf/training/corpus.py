@@ -1,45 +1,22 @@
 """Training text available on every machine: the Python standard library's sources plus generated sequences.
 
-The stdlib files (no test suites, no site-packages) are split by a hash of their relative path, so the held-out
-evaluation files are the same on every run and machine with the same Python. The generated documents (counting,
+The stdlib files (no test suites, no site-packages) are split by a hash of their relative path in
+`wedlm_hf.bench.prompts.stdlib_files`, which the held-out prompts read too. The generated documents (counting,
 arithmetic sequences, repeated lists) are the low-entropy regime where WeDLM commits many tokens per forward.
 """
 
-import hashlib
 import random
-import sysconfig
 from collections.abc import Iterator
-from pathlib import Path
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
-HELD_OUT_PERCENT = 5
-_SKIPPED_DIRS = {"test", "tests", "idle_test", "site-packages", "__pycache__"}
+from ..bench.prompts import stdlib_files
+
 _WORDS = (
     "alpha beta gamma delta red green blue cat dog fox apple pear plum north south east west one two three "
     "foo bar baz spam eggs ham x y z left right up down"
 ).split()
-
-
-def stdlib_root() -> Path:
-    return Path(sysconfig.get_paths()["stdlib"])
-
-
-def stdlib_files(split: str) -> list[Path]:
-    """Sorted stdlib *.py files of `split` ("train" or "eval"); ~5% by SHA-256 of the relative path are "eval"."""
-    if split not in ("train", "eval"):
-        raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
-    root = stdlib_root()
-    chosen = []
-    for path in sorted(root.rglob("*.py")):
-        relative = path.relative_to(root)
-        if _SKIPPED_DIRS.intersection(relative.parts):
-            continue
-        held_out = int(hashlib.sha256(relative.as_posix().encode()).hexdigest(), 16) % 100 < HELD_OUT_PERCENT
-        if held_out == (split == "eval"):
-            chosen.append(path)
-    return chosen
 
 
 def read_stdlib(split: str, max_chars: int, seed: int) -> list[str]:
