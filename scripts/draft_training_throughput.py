@@ -56,10 +56,10 @@ def step(arm: dict, batch: dict) -> float:
 
 
 def masked_slot_loss(arm: dict, batches: list[dict]) -> float:
-    """Mean loss on masked slots alone (the batches are made with AR weight 0, so the joint forward's loss is it)."""
+    """Mean loss on masked slots alone (the batches are made with AR weight 0, so each arm's training loss is it)."""
     arm["model"].eval()
     with torch.no_grad():
-        losses = [dual_stream_forward(arm["model"], batch)[0].item() for batch in batches]
+        losses = [arm["forward"](arm["model"], batch)[0].item() for batch in batches]
     arm["model"].train()
     return statistics.mean(losses)
 

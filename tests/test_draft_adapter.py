@@ -178,8 +178,9 @@ def test_draft_only_training_forward_equals_the_joint_forward_without_ar_loss(fa
 
 
 def with_mask_slots(mask: torch.Tensor, call, *args):
-    """`call(*args)` with the mask slots `mask` marks (the whole feed) set; run it in a copied context."""
-    MASK_SLOTS.set(MaskSlots(mask[..., None], mask.shape[1]))
+    """`call(*args)` with the mask slots `mask` marks over the whole feed, as a suffix as wide as the feed (training
+    names them by position: the two forms checked against each other); run it in a copied context."""
+    MASK_SLOTS.set(MaskSlots(*mask.shape, suffix=mask[..., None]))
     return call(*args)
 
 

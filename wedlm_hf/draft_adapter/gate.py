@@ -8,9 +8,10 @@ model's own argmax.
 The gate is decided by the decoder, not by the token: the decoder (and the draft-only training objective) hands the
 forward's mask slots down in `generation.mask_slots.MASK_SLOTS`, a context variable, because a token test would
 also fire on a mask token the user typed in the prompt, and a hook or attribute on the model would be shared by
-every thread decoding it. The mask slots are a suffix of each row's feed, so the delta is computed on a static slice
-of the last positions (two small matmuls, then one fused multiply-add that zeroes the rows' non-mask positions):
-its cost follows the mask slots, with no host read. A forward without mask slots (plain `generate()`, an AR step, a
+every thread decoding it. The decoder's mask slots are a suffix of each row's feed, so the delta is computed on a static
+slice of the last positions (two small matmuls, then one fused multiply-add that zeroes the rows' non-mask
+positions): its cost follows the mask slots, with no host read. Training names its slots by position; their rows
+are gathered and the delta scattered back. A forward without mask slots (plain `generate()`, an AR step, a
 memory stream in training) skips the adapter's arithmetic altogether.
 """
 
@@ -37,19 +38,27 @@ class DraftOnlyLora(LoraVariant):
         slots = MASK_SLOTS.get()
         if slots is None:
             return result
-        rows, columns = slots.mask.shape[:2]
-        if x.shape[:-1].numel() != rows * slots.length:  # batch x sequence, or the two flattened into one
+        rows, length = slots.rows, slots.length
+        if x.shape[:-1].numel() != rows * length:  # batch x sequence, or the two flattened into one
             raise RuntimeError(
                 f"a draft-only adapter layer got input of shape {tuple(x.shape)} in a forward of {rows} rows of "
-                f"{slots.length} positions: the gate needs one row per input position (mixed-adapter batches and "
-                "routed experts are not supported)"
+                f"{length} positions: the gate needs one row per input position (mixed-adapter batches and routed "
+                "experts are not supported)"
             )
-        tail = x.reshape(rows, slots.length, x.shape[-1])[:, slots.length - columns :]
-        tail = module.lora_dropout[active_adapter](tail)
         lora_a, lora_b = module.lora_A[active_adapter], module.lora_B[active_adapter]
-        delta = F.linear(F.linear(tail, lora_a.weight), lora_b.weight, lora_b.bias)
-        target = result.view(rows, slots.length, result.shape[-1])[:, slots.length - columns :]
-        target.addcmul_(delta, slots.mask, value=module.scaling[active_adapter])
+        dropout, scaling = module.lora_dropout[active_adapter], module.scaling[active_adapter]
+
+        def delta(inputs: torch.Tensor) -> torch.Tensor:
+            return F.linear(F.linear(dropout(inputs), lora_a.weight), lora_b.weight, lora_b.bias)
+
+        if slots.index is not None:  # training's blocks: gathered, scattered back
+            rows_in = x.reshape(-1, x.shape[-1]).index_select(0, slots.index)
+            flat = result.reshape(-1, result.shape[-1])
+            return flat.index_add(0, slots.index, delta(rows_in).to(result.dtype), alpha=scaling).view(result.shape)
+        columns = slots.suffix.shape[1]
+        tail = x.reshape(rows, length, x.shape[-1])[:, length - columns :]
+        target = result.view(rows, length, result.shape[-1])[:, length - columns :]
+        target.addcmul_(delta(tail), slots.suffix, value=scaling)
         return result
 
     @staticmethod
