@@ -6,7 +6,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import wedlm_hf
-from wedlm_hf.soak import soak
+from wedlm_hf.bench.soak import soak
 
 
 def main() -> None:

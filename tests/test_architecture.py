@@ -91,6 +91,11 @@ def test_nothing_importable_at_the_top_but_the_two_packages():
     assert setuptools["packages"]["find"]["include"] == [f"{name}*" for name in PACKAGES_AT_TOP]
 
 
+def test_the_package_root_holds_only_the_api_and_the_cli():
+    """A module lives in the subpackage of its callers; the root keeps the public API and `python -m wedlm_hf.cli`."""
+    assert {path.name for path in PACKAGE.glob("*.py")} == {"__init__.py", "cli.py"}
+
+
 def test_every_module_is_short():
     lengths = {str(path.relative_to(ROOT)): len(path.read_text().splitlines()) for path in PACKAGE.rglob("*.py")}
     assert {name: n for name, n in lengths.items() if n > MOST_LINES} == {}

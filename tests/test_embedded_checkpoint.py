@@ -6,7 +6,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import wedlm_hf
 from wedlm_hf.bench.prompts import load_prompt_set
-from wedlm_hf.soak import soak
+from wedlm_hf.bench.soak import soak
 
 COUNTING = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,"
 CODE = "def add(a, b):\n    return"

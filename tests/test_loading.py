@@ -12,7 +12,7 @@ from tiny_models import MASK_ID, tiny_model
 
 import wedlm_hf
 from wedlm_hf.loading import NAMED_MODELS, load_model_and_tokenizer
-from wedlm_hf.peft_compat import peft_deprecations_silenced
+from wedlm_hf.loading.peft_compat import peft_deprecations_silenced
 from wedlm_hf_cli import main
 
 PROMPT = "w10 w11 w12 w13"

@@ -8,6 +8,7 @@ from pathlib import Path
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
 from .batch import batch_generate
+from .draft_adapter.enabling import enable
 from .generation import (
     WeDLMCache,
     WeDLMGenerateOutput,
@@ -16,7 +17,6 @@ from .generation import (
     WeDLMStats,
     wedlm_decode,
 )
-from .enabling import enable
 from .modeling import WeDLMConfig, WeDLMForCausalLM, WeDLMModel
 
 AutoConfig.register("wedlm", WeDLMConfig, exist_ok=True)

@@ -10,7 +10,7 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..generation.outputs import EOS, LENGTH, STOP
-from ..padding import left_padded
+from .padding import left_padded
 from .plan import Batch
 
 

@@ -3,7 +3,7 @@
 import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
-from ..enabling import enable
+from ..draft_adapter.enabling import enable
 from ..loading import load_model_and_tokenizer
 from ..modeling import WeDLMConfig, WeDLMForCausalLM
 

@@ -21,6 +21,7 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteriaList
 from transformers import StopStringCriteria
 
+from ..batch.padding import left_padded
 from ..generation.attention import MASK_IMPLEMENTATIONS
 from ..generation.decoding import output_record, pad_token_id, policy_class, start_decoding, window_processors
 from ..generation.loop import DecodeLoop, RowProgress, first_step
@@ -28,7 +29,6 @@ from ..generation.pool import PoolBackend
 from ..generation.settings import WeDLMSettings
 from ..generation.validation import check_request, check_settings
 from ..generation.window import WindowLayout
-from ..padding import left_padded
 from .requests import GenerationRequest
 
 

@@ -1,13 +1,14 @@
 """`wedlm_hf.enable`: WeDLM decoding for a loaded model, PEFT adapters included.
 
 The exported decoder (`generation/`) knows nothing of PEFT; this wrapper first turns on the gate of any draft-only
-adapter the model carries (`draft_adapter/`), then enables the transformers model inside.
+adapter the model carries (`attach.py`), then enables the transformers model inside.
 """
 
 from transformers import PreTrainedModel
 
-from .draft_adapter import gate_draft_only_adapters, unwrapped
-from .generation import enable as enable_model
+from ..generation import enable as enable_model
+from .attach import gate_draft_only_adapters
+from .config import unwrapped
 
 
 def enable(model: PreTrainedModel) -> PreTrainedModel:

@@ -17,7 +17,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from ..bench.arms import Arm
 from ..bench.measure import machine_info
 from ..bench.runner import BASELINE, ArmResult, BenchConfig, agreement, bench_prompt_set
-from ..enabling import enable
+from ..draft_adapter.enabling import enable
 from .prompts import EvalPrompt, as_prompts
 from .report import GREEDY, LOSSLESS, LOSSLESS_LOOKUP, DecodingRow, Drift, EvaluationReport, plain_name
 

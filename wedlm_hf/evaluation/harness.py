@@ -18,7 +18,7 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 from transformers import PreTrainedModel
 
-from ..enabling import enable
+from ..draft_adapter.enabling import enable
 from ..loading import load_model_and_tokenizer
 
 

@@ -18,7 +18,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..bench.arms import Arm
 from ..bench.measure import machine_info
-from ..enabling import enable
+from ..draft_adapter.enabling import enable
 from .evaluate import decoding_arms
 from .report import GREEDY, write_json
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase
 
-from ..jsonl import check_messages, read_objects
+from .jsonl import check_messages, read_objects
 
 DEFAULT_DOMAIN = "default"
 """The domain of a prompt given without one."""

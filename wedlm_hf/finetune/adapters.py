@@ -3,7 +3,7 @@
 from transformers import PreTrainedModel
 
 from ..draft_adapter import draft_only_lora_config, gate_draft_only_adapters, linear_module_names
-from ..peft_compat import peft_deprecations_silenced
+from ..loading.peft_compat import peft_deprecations_silenced
 
 def with_draft_only_lora(model: PreTrainedModel, rank: int, alpha: int, mask_id: int):
     """The model wrapped in a draft-only PEFT LoRA adapter on every linear layer of its decoder blocks, gated.

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from ..jsonl import check_messages, read_objects
+from ..evaluation.jsonl import check_messages, read_objects
 
 TEXT, MESSAGES = "text", "messages"
 

@@ -12,10 +12,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..draft_adapter import draft_only_mask_id, gate_draft_only_adapters
-from ..peft_compat import peft_deprecations_silenced
 from .atomic import save_atomically, write_atomically
 from .gguf import dequantized_copy, split_gguf
 from .names import resolve
+from .peft_compat import peft_deprecations_silenced
 
 
 def load_model_and_tokenizer(
