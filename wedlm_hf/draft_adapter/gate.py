@@ -12,7 +12,8 @@ every thread decoding it. The decoder's mask slots are a suffix of each row's fe
 slice of the last positions (two small matmuls, then one fused multiply-add that zeroes the rows' non-mask
 positions): its cost follows the mask slots, with no host read. Training names its slots by position; their rows
 are gathered and the delta scattered back. A forward without mask slots (plain `generate()`, an AR step, a
-memory stream in training) skips the adapter's arithmetic altogether.
+memory stream in training) skips the adapter's arithmetic altogether. Under `torch.compile` each gated layer is a
+graph break (dynamo does not trace `ContextVar.get`), as the token test's `nonzero` was.
 """
 
 import torch
