@@ -179,6 +179,22 @@ def test_subpackage_cycles_are_found():
     assert cycles(graph) == ["wedlm_hf.bench -> wedlm_hf.training -> wedlm_hf.bench"]
 
 
+def test_private_transformers_helpers_are_called_in_one_place():
+    """transformers has no public API that prepares a generation config's special tokens or builds its processors
+    outside `generate()`: the private helpers that do are called only in `prepare_decoding`, the set-up continuous
+    batching shares with `wedlm_decode`."""
+    private = {"_prepare_special_tokens", "_get_logits_processor"}
+    callers = {
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr in private
+    }
+    assert callers == {"generation/decoding.py"}
+    source = inspect.getsource(decoding.prepare_decoding)
+    assert all(name in source for name in private)
+
+
 def test_every_command_lives_in_commands():
     """One place for commands: each `wedlm-hf` subcommand is a module of `wedlm_hf/commands/` (arguments and
     output; the logic in the library), and every module there but the shared flags (options, placement) is a

@@ -1,6 +1,6 @@
 """The running batch of continuous batching: the decode loop every running request's row is part of, its K/V
-pool, and the decoding setup all rows share (one generation config: sampling, logits processors, EOS, the WeDLM
-settings).
+pool, and the decoding set-up all rows share (one generation config: sampling, logits processors, EOS, the WeDLM
+settings), built by `prepare_decoding` as `wedlm_decode` builds its own.
 
 It knows rows, not requests (the scheduler maps one to the other): an admitted group is decoded through its first
 step (prompt and first window) in a batch of its own, as `generate` decodes it, then joins (`DecodeLoop.join`);
@@ -23,12 +23,9 @@ from transformers import StopStringCriteria
 
 from ..batch.padding import left_padded
 from ..generation.attention import MASK_IMPLEMENTATIONS
-from ..generation.decoding import output_record, pad_token_id, policy_class, start_decoding, window_processors
+from ..generation.decoding import prepare_decoding, start_decoding
 from ..generation.loop import DecodeLoop, RowProgress, first_step
 from ..generation.pool import PoolBackend
-from ..generation.settings import WeDLMSettings
-from ..generation.validation import check_request, check_settings
-from ..generation.window import WindowLayout
 from .requests import GenerationRequest
 
 
@@ -45,13 +42,8 @@ class RunningBatch:
         self.model, self.tokenizer = model, tokenizer
         self.config = config = copy.deepcopy(generation_config or model.generation_config)
         self.device = device = model.device
-        model._prepare_special_tokens(config, kwargs_has_attention_mask=True, device=device)
-        processors = model._get_logits_processor(config, device=device, model_kwargs={})
-        check_request(model, config, {}, synced_gpus=False)
-        self.vocab_size = model.config.get_text_config().vocab_size
-        self.settings = WeDLMSettings.resolve(config, model.config, self.vocab_size)
-        self.processors, suppressed = window_processors(self.settings, config, processors)
-        check_settings(self.settings, model, config, self.processors)
+        self.setup = setup = prepare_decoding(model, config, device=device)
+        self.settings, self.layout, self.pad_id = setup.settings, setup.layout, setup.pad_id
         if self.settings.static:
             raise ValueError("`wedlm_static=True` preallocates a fixed batch, so requests cannot join it; drop it.")
         if config.output_scores or config.output_logits:
@@ -60,8 +52,6 @@ class RunningBatch:
         if not limit:
             raise ValueError("The model declares no max_position_embeddings: pass `max_sequence_length=`.")
         self.max_sequence_length = int(limit)
-        self.layout = WindowLayout.create(self.settings.mask_token_id, self.settings.window_size, device, suppressed)
-        self.pad_id = pad_token_id(config)
         self.pool = self._pool(kv_pool, max_batch_size, max_sequence_length)
         self.loop: DecodeLoop | None = None
         """The rows decoding together; None while there are none."""
@@ -92,18 +82,15 @@ class RunningBatch:
         the held rows as they were."""
         input_ids, mask = left_padded([request.input_ids for request in group], self.pad_id, self.device)
         budgets = [request.max_new_tokens for request in group]
-        record = output_record(
-            input_ids, self.layout, budgets, self.config, StoppingCriteriaList(), None, (), self.vocab_size,
-            policy_class(self.settings),
-        )
+        record = self.setup.output_record(input_ids, budgets, self.config, StoppingCriteriaList())
         record.row_criteria = {
             i: list(StoppingCriteriaList([StopStringCriteria(self.tokenizer, request.stop_strings)]))
             for i, request in enumerate(group) if request.stop_strings
         }
         padded = any(len(request.input_ids) < input_ids.shape[1] for request in group)
         loop = start_decoding(
-            self.model, input_ids, mask, padded, torch.tensor(budgets, device=self.device), self.layout,
-            self.settings, self.config, self.processors, record,
+            self.model, input_ids, mask, padded, torch.tensor(budgets, device=self.device), self.setup, self.config,
+            record,
         )
         first_step(loop)
         if self.loop is not None:

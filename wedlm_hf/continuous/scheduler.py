@@ -83,7 +83,7 @@ class WeDLMScheduler:
         prompt, budget = request.input_ids, request.max_new_tokens
         if len(prompt) == 0:
             raise ValueError("The prompt is empty: WeDLM decoding needs at least one prompt token.")
-        vocab_size = self.batch.vocab_size
+        vocab_size = self.batch.setup.vocab_size
         if any(not isinstance(token, int) or not 0 <= token < vocab_size for token in prompt):
             raise ValueError(f"Prompt token ids must be integers in [0, {vocab_size}).")
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:

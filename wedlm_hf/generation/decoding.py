@@ -11,6 +11,8 @@ forward backend (dynamic.py; with `wedlm_static`, a pool of fixed shapes after t
 the loop (loop.py: one host read per step) and returns the record's output. docs/architecture.md maps the modules.
 """
 
+from dataclasses import dataclass
+
 import torch
 from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
@@ -61,36 +63,91 @@ def wedlm_decode(
     config's attributes of those names, else the defaults of `WeDLMSettings`. Prefer `generate(decoding="wedlm")`
     (via `enable`): transformers 5.x hands a callable neither the streamer nor the tokenizer `stop_strings` need.
     """
-    check_request(model, generation_config, model_kwargs, synced_gpus)
-    vocab_size = model.config.get_text_config().vocab_size
-    settings = WeDLMSettings.resolve(
-        generation_config, model.config, vocab_size, wedlm_window_size=wedlm_window_size,
+    setup = prepare_decoding(
+        model, generation_config, logits_processor, model_kwargs, synced_gpus, input_ids.device,
+        wedlm_window_size=wedlm_window_size,
         wedlm_entropy_threshold=wedlm_entropy_threshold, wedlm_pos_penalty_factor=wedlm_pos_penalty_factor,
         mask_token_id=mask_token_id, wedlm_blockwise=wedlm_blockwise, wedlm_lossless=wedlm_lossless,
         wedlm_draft_schedule=wedlm_draft_schedule, wedlm_static=wedlm_static, wedlm_prompt_lookup=wedlm_prompt_lookup,
         wedlm_prompt_lookup_ngram=wedlm_prompt_lookup_ngram, wedlm_prompt_lookup_tokens=wedlm_prompt_lookup_tokens,
     )
-    logits_processor, suppressed = window_processors(settings, generation_config, logits_processor)
-    check_settings(settings, model, generation_config, logits_processor)
     max_new_tokens = generation_config.max_length - input_ids.shape[1]
     mask, prompt_lengths = checked_prompt(model, input_ids, model_kwargs, max_new_tokens)
-    layout = WindowLayout.create(settings.mask_token_id, settings.window_size, input_ids.device, suppressed)
     kinds = tuple(kind for kind in ("scores", "logits") if getattr(generation_config, f"output_{kind}"))
-    record = output_record(
-        input_ids, layout, [max_new_tokens] * input_ids.shape[0], generation_config, stopping_criteria, streamer,
-        kinds, vocab_size, policy_class(settings),
+    record = setup.output_record(
+        input_ids, [max_new_tokens] * input_ids.shape[0], generation_config, stopping_criteria, streamer, kinds
     )
     budgets = torch.full((input_ids.shape[0],), max_new_tokens, dtype=torch.long, device=input_ids.device)
     loop = start_decoding(
-        model, input_ids, mask, min(prompt_lengths) < input_ids.shape[1], budgets, layout, settings,
-        generation_config, logits_processor, record,
+        model, input_ids, mask, min(prompt_lengths) < input_ids.shape[1], budgets, setup, generation_config, record
     )
     if max_new_tokens > 0:
-        pool = static_backend(model, input_ids, generation_config, layout, max_new_tokens) if settings.static else None
+        static = setup.settings.static
+        pool = static_backend(model, input_ids, generation_config, setup.layout, max_new_tokens) if static else None
         run(loop, pool)
     if streamer is not None:
         streamer.end()
     return record.output(generation_config.return_dict_in_generate)
+
+
+@dataclass
+class DecodingSetup:
+    """What every row of one decode shares, built once by `prepare_decoding`: the resolved settings, the processors
+    the loop runs, the window layout, the pad id, the vocabulary size."""
+
+    settings: WeDLMSettings
+    processors: LogitsProcessorList
+    layout: WindowLayout
+    pad_id: int
+    vocab_size: int
+
+    def output_record(
+        self,
+        input_ids: torch.LongTensor,
+        budgets: list[int],
+        generation_config: GenerationConfig,
+        stopping_criteria: StoppingCriteriaList,
+        streamer: BaseStreamer | None = None,
+        kinds: tuple[str, ...] = (),
+    ) -> OutputRecord:
+        """The output record of `input_ids`, each row's output as wide as its budget needs, finished rows padded
+        with `pad_id`."""
+        eos_ids = generation_config._eos_token_tensor
+        eos_ids = eos_ids.to(input_ids.device) if eos_ids is not None else None
+        policy = LosslessPolicy if self.settings.lossless else PlainPolicy
+        return OutputRecord(
+            input_ids, self.layout, budgets, self.pad_id, eos_ids, stopping_criteria, streamer, kinds,
+            self.vocab_size, policy.counter_names,
+        )
+
+
+def prepare_decoding(
+    model: PreTrainedModel,
+    generation_config: GenerationConfig,
+    logits_processor: LogitsProcessorList | None = None,
+    model_kwargs: dict | None = None,
+    synced_gpus: bool = False,
+    device: torch.device | str | None = None,
+    **wedlm_keywords,
+) -> DecodingSetup:
+    """One decode's set-up, for `wedlm_decode` and continuous batching alike: the request checked, the settings
+    resolved (`wedlm_keywords`, else the generation config, else defaults) and checked, the processors split from
+    the ids every forward suppresses, the window layout on `device`.
+
+    `logits_processor` None means a caller outside `generate()`: the config's special tokens and processors are
+    then prepared (in place) as `generate()` prepares them."""
+    if logits_processor is None:
+        # transformers has no public API that prepares a generation config's special tokens or builds its logits
+        # processors outside `generate()`; these two private helpers are the only way, and are called here alone
+        model._prepare_special_tokens(generation_config, kwargs_has_attention_mask=True, device=device)
+        logits_processor = model._get_logits_processor(generation_config, device=device, model_kwargs={})
+    check_request(model, generation_config, model_kwargs or {}, synced_gpus)
+    vocab_size = model.config.get_text_config().vocab_size
+    settings = WeDLMSettings.resolve(generation_config, model.config, vocab_size, **wedlm_keywords)
+    processors, suppressed = window_processors(settings, generation_config, logits_processor)
+    check_settings(settings, model, generation_config, processors)
+    layout = WindowLayout.create(settings.mask_token_id, settings.window_size, device, suppressed)
+    return DecodingSetup(settings, processors, layout, pad_token_id(generation_config), vocab_size)
 
 
 def window_processors(
@@ -102,26 +159,20 @@ def window_processors(
     return split_suppressed(logits_processor, never)
 
 
-def policy_class(settings: WeDLMSettings) -> type:
-    return LosslessPolicy if settings.lossless else PlainPolicy
-
-
 def start_decoding(
     model: PreTrainedModel,
     input_ids: torch.LongTensor,
     mask: torch.Tensor,
     prompt_padded: bool,
     max_new_tokens: torch.Tensor,
-    layout: WindowLayout,
-    settings: WeDLMSettings,
+    setup: DecodingSetup,
     generation_config: GenerationConfig,
-    logits_processor: LogitsProcessorList,
     record: OutputRecord,
 ) -> DecodeLoop:
-    """The loop over (left-padded) `input_ids`, before its first step: first windows, the step policy `settings`
+    """The loop over (left-padded) `input_ids`, before its first step: first windows, the step policy the settings
     pick and the dynamic backend (which feeds the prompt), writing to `record`; `max_new_tokens` per row."""
-    vocab_size = model.config.get_text_config().vocab_size
-    state = _first_window(input_ids, mask, layout, tuple(record.token_scores), vocab_size, max_new_tokens)
+    settings, layout, logits_processor = setup.settings, setup.layout, setup.processors
+    state = _first_window(input_ids, mask, layout, tuple(record.token_scores), setup.vocab_size, max_new_tokens)
     do_sample = bool(generation_config.do_sample)
     contiguous = settings.lossless and do_sample
     filler = SlotFiller(layout, settings, record, logits_processor, do_sample, contiguous)
@@ -151,27 +202,6 @@ def static_backend(
     max_cache_len = max(needed, generation_config.max_cache_len or 0)
     compiled = model.get_compiled_call(generation_config.compile_config) if compiles(model, generation_config) else None
     return PoolBackend(model, input_ids.shape[0], layout.mask_id, max_cache_len, layout.width, compiled)
-
-
-def output_record(
-    input_ids: torch.LongTensor,
-    layout: WindowLayout,
-    budgets: list[int],
-    generation_config: GenerationConfig,
-    stopping_criteria: StoppingCriteriaList,
-    streamer: BaseStreamer | None,
-    kinds: tuple[str, ...],
-    vocab_size: int,
-    policy_class: type,
-) -> OutputRecord:
-    """The call's output record, each row's output as wide as its budget needs, finished rows padded with
-    `pad_token_id(generation_config)`."""
-    eos_ids = generation_config._eos_token_tensor
-    eos_ids = eos_ids.to(input_ids.device) if eos_ids is not None else None
-    return OutputRecord(
-        input_ids, layout, budgets, pad_token_id(generation_config), eos_ids, stopping_criteria, streamer, kinds,
-        vocab_size, policy_class.counter_names,
-    )
 
 
 def pad_token_id(generation_config: GenerationConfig) -> int:
