@@ -11,6 +11,7 @@ ALLOWED_IMPORTS = {
     "transformers",
     "huggingface_hub",  # its config dataclass helpers, which transformers' own configs use
     "collections",
+    "contextvars",  # the mask slots of the forward in progress, per thread (generation/mask_slots.py)
     "copy",
     "dataclasses",
     "functools",
