@@ -15,6 +15,7 @@ import wedlm_hf
 from wedlm_hf import WeDLMConfig
 from wedlm_hf.generation.attention import WINDOW_ATTENTION, window_attention_kwargs
 from wedlm_hf.generation.reference import reference_decode
+from wedlm_hf.generation.transformers_version import INSTALLED
 
 LAYOUTS = ["wedlm", "wedlm-qwen2"]
 SEQUENCES = [[5, 9, 14, 3, 7, 22], [11, 12, 13], [40, 41, 42, 43]]
@@ -45,6 +46,7 @@ def test_attn_implementation_reads_back_as_asked_and_decoding_stays_wedlm(family
         assert continuation(output, row, input_ids.shape[1]) == expected
 
 
+@pytest.mark.skipif(INSTALLED < (5, 24), reason="transformers 5.24 renamed `past_key_values` to `cache`")
 @pytest.mark.parametrize("family", LAYOUTS)
 def test_past_key_values_continues_a_filled_cache(family):
     """`past_key_values=` (the name transformers still accepts for `cache`) continues the cache it is given."""
@@ -96,4 +98,5 @@ def test_tensor_parallel_plan_names_only_modules_the_layout_has(attention_bias):
         tensor_parallel.verify_tp_plan(list(model.state_dict()), model.tp_plan)
     assert "were not applied" not in captured.out, captured.out
     unsharded = captured.out.partition("were not sharded:")[2]
-    assert "proj" not in unsharded and "embed_tokens" not in unsharded and "lm_head" not in unsharded, unsharded
+    assert "proj" not in unsharded and "lm_head" not in unsharded, unsharded
+    assert "embed_tokens" not in unsharded or INSTALLED < (5, 21), unsharded  # 5.21 shards untied embeddings too

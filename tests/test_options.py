@@ -115,7 +115,7 @@ def test_batch_rows_follow_the_table(model, option):
 
 @pytest.mark.parametrize("option", OPTIONS, ids=ids)
 def test_serve_follows_the_table(option, monkeypatch):
-    serving = pytest.importorskip("wedlm_hf.serving")
+    serving = pytest.importorskip("wedlm_hf.serving", exc_type=ImportError)  # its extra, or its transformers release
     value, _ = sample(option)
     calls = []
     monkeypatch.setattr(serving, "serve", lambda model, **options: calls.append(options))

@@ -16,6 +16,7 @@ from local_server import start_server
 
 openai = pytest.importorskip("openai", reason="the serve extra is not installed: pip install 'wedlm-hf[serve]'")
 httpx = pytest.importorskip("httpx")
+pytest.importorskip("wedlm_hf.serving", exc_type=ImportError)  # says which transformers it needs
 
 MODEL = wedlm_hf.DEFAULT_MODEL
 PROMPTS = ["1, 2, 3, 4,", "10, 11, 12,", "def add(a, b):", "5, 6, 7,", "x = [1, 2,", "20, 21,"]

@@ -18,6 +18,7 @@ from transformers import GenerationConfig, PreTrainedTokenizerBase, TrainingArgu
 from ..evaluation import read_prompts
 from ..evaluation.default_decoding import write_default_decoding
 from ..generation.options import BY_SETTING, FINETUNE, exposed_to
+from ..generation.transformers_version import CHECKPOINTING_ARGUMENT
 from ..loading import load_model_and_tokenizer
 from ..draft_adapter import MERGE_REFUSED
 from ..training.draft_objective import draft_only_forward
@@ -243,7 +244,7 @@ def training_arguments(options: FinetuneOptions, output_dir: str) -> TrainingArg
         save_steps=options.save_steps,
         save_total_limit=2,
         bf16=options.bf16,
-        activation_checkpointing=options.gradient_checkpointing,  # transformers 5.24's name for it
+        **{CHECKPOINTING_ARGUMENT: options.gradient_checkpointing},
         remove_unused_columns=False,  # `maskable` is the collator's, not the model's
         prediction_loss_only=True,
         seed=options.seed,

@@ -6,6 +6,11 @@ fields with OpenAI's meaning. managers.py, batching.py: which generate manager s
 batching in batching.py). errors.py: errors in OpenAI's shape.
 """
 
+from ..generation.transformers_version import SERVING_MINIMUM, require_transformers
+
+# before hooks.py imports transformers serve's classes, which older releases shape differently
+require_transformers(SERVING_MINIMUM, "WeDLM serving (built on transformers serve's classes)", extra="[serving]")
+
 from .hooks import GENERATION_OPTIONS, ServeHooks, WeDLMModelManager, WeDLMServe, check_port, serve
 
 __all__ = ["GENERATION_OPTIONS", "ServeHooks", "WeDLMModelManager", "WeDLMServe", "check_port", "serve"]
