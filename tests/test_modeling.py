@@ -122,6 +122,17 @@ def test_qwen_vocabulary_without_mask_id_falls_back_to_the_checkpoints_id():
     assert WeDLMConfig(vocab_size=151936, mask_token_id=7).mask_token_id == 7
 
 
+def test_a_config_with_its_mask_id_loads_prints_and_saves_without_the_fallback_warning(tmp_path):
+    """transformers 5.19 compared a config with a default-built `WeDLMConfig()` whenever it printed or saved one."""
+    logger = transformers_logging.get_logger("wedlm_hf.modeling.configuration_wedlm")
+    transformers_logging.warning_once.cache_clear()
+    with CaptureLogger(logger) as captured:
+        config = AutoConfig.from_pretrained(wedlm_hf.DEFAULT_MODEL)
+        config.save_pretrained(tmp_path)
+        repr(config)
+    assert captured.out == ""
+
+
 def test_other_vocabulary_without_mask_id_gets_the_clear_error():
     torch.manual_seed(0)
     model = wedlm_hf.WeDLMForCausalLM(WeDLMConfig(**SHAPE, head_dim=16)).eval()

@@ -43,6 +43,8 @@ class WeDLMConfig(Qwen3Config):
     """
 
     model_type = "wedlm"
+    has_no_defaults_at_init = True  # transformers 5.19 would otherwise build `WeDLMConfig()` (and log the mask-id
+    # fallback meant for a real config) whenever it prints or saves one; 5.20 reads the fields' defaults instead
 
     head_dim: int | None = None
     attention_bias: bool | None = None
