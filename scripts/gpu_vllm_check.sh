@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The vLLM plugin's checks on a CUDA machine with vLLM (CUDA build) and wedlm-hf installed (`pip install --no-deps`),
+# The vLLM plugin's checks on a CUDA machine with vLLM (CUDA build) and wedlm-hf installed (`pip install wedlm-hf`;
+# add `--no-deps` if that vLLM pins a transformers outside wedlm-hf's 5.19 through 5.24),
 # nothing downloaded: the embedded checkpoint in bf16 with CUDA graphs (piecewise: the drafter reads each forward
 # in Python; whole-graph replays make it draft nothing, with a warning), greedy WeDLM == plain vLLM, forwards per
 # token, sampling (chi-square of the first two tokens' joint distribution, WeDLM vs plain vLLM, as
