@@ -4,7 +4,6 @@ The gate acts at the slots the decoder placed as masks (`generation.mask_slots`)
 as the mask, and never outside WeDLM decoding."""
 
 import json
-import threading
 from contextvars import copy_context
 from types import SimpleNamespace
 
@@ -14,7 +13,7 @@ import torch
 peft = pytest.importorskip("peft")
 
 import wedlm_hf  # noqa: E402
-from patience import PATIENCE_S  # noqa: E402
+from side_by_side import run_side_by_side  # noqa: E402
 from tiny_models import MASK_ID, random_prompts, tiny_model  # noqa: E402
 from transformers import AutoModelForCausalLM, GenerationConfig  # noqa: E402
 from wedlm_hf.bench.syncs import SyncCounter  # noqa: E402
@@ -277,22 +276,7 @@ def test_wedlm_and_ar_from_two_threads_on_one_gated_model_equal_their_lone_runs(
     lone = {name: generate(options) for name, options in runs.items()}
     with torch.no_grad(), model.disable_adapter():
         assert torch.equal(lone["ar"], model.generate(input_ids=ids, attention_mask=attention, max_new_tokens=16))
-    outputs, errors, start = {name: [] for name in runs}, [], threading.Barrier(len(runs))
-
-    def side(name: str) -> None:
-        try:
-            start.wait()
-            for _ in range(4):
-                outputs[name].append(generate(runs[name]))
-        except Exception as error:  # reported below, on the test's thread
-            errors.append(error)
-
-    threads = [threading.Thread(target=side, args=(name,)) for name in runs]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=PATIENCE_S)
-    assert not errors, errors
+    outputs = run_side_by_side(runs, generate, 4)
     for name in runs:
         assert len(outputs[name]) == 4 and all(torch.equal(out, lone[name]) for out in outputs[name]), name
 

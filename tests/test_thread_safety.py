@@ -2,11 +2,9 @@
 sees another attention implementation than the model's own, because window forwards ask for the window attention
 per call instead of switching the model's."""
 
-import threading
-
 import torch
+from side_by_side import run_side_by_side
 from tiny_models import MASK_ID, random_prompts, tiny_model
-from patience import PATIENCE_S
 
 import wedlm_hf
 
@@ -26,25 +24,12 @@ def test_wedlm_and_ar_generate_from_two_threads_equal_their_lone_results():
         return model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=16, **options)
 
     lone = {name: generate(options) for name, options in runs.items()}
-    seen, outputs, errors = [], {name: [] for name in runs}, []
+    seen = []
     hook = model.register_forward_pre_hook(lambda module, args: seen.append(module.config._attn_implementation))
-    start = threading.Barrier(len(runs))
-
-    def side(name: str) -> None:
-        try:
-            start.wait()
-            for _ in range(ROUNDS):
-                outputs[name].append(generate(runs[name]))
-        except Exception as error:  # reported below, on the test's thread
-            errors.append(error)
-
-    threads = [threading.Thread(target=side, args=(name,)) for name in runs]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=PATIENCE_S)
-    hook.remove()
-    assert not errors, errors
+    try:
+        outputs = run_side_by_side(runs, generate, ROUNDS)
+    finally:
+        hook.remove()
     for name in runs:
         assert len(outputs[name]) == ROUNDS and all(torch.equal(out, lone[name]) for out in outputs[name]), name
     assert set(seen) == {"sdpa"}  # no forward ever ran under a switched implementation
