@@ -4,9 +4,9 @@ vLLM loads `register` through the `vllm.general_plugins` entry point in every pr
 the target model's own forward: the mask slots fed after the drafts under verification predict the tokens at their
 own positions, and vLLM's rejection sampler verifies every draft, so the output is exactly the model's.
 
-This package sits beside `wedlm_hf`, not inside it: importing `wedlm_hf` registers the WeDLM classes with
-transformers and needs the transformers release the package is tested on, while vLLM pins its own. Nothing here
-imports vLLM or `wedlm_hf` until vLLM loads the plugin.
+This package sits beside `wedlm_hf`, not inside it: importing anything of `wedlm_hf` runs its `__init__`, which
+imports torch and transformers and registers the WeDLM classes, and vLLM loads a plugin in every process it
+starts. Nothing here imports vLLM or `wedlm_hf` until vLLM loads the plugin.
 """
 
 from .options import DEFAULT_SLOTS, DrafterOptions, speculative_config
