@@ -1,4 +1,5 @@
-"""Host syncs per decoding step: at most 2 (the loop's own exit/shape check), plain and lossless.
+"""Host syncs per decoding step: at most 2 (the loop's own exit/shape check), plain and lossless, greedy and
+sampled, with temperature/top-k/top-p/min-p and repetition penalties (applied densely per row: sampling.py).
 
 `wedlm_hf.bench.syncs.SyncCounter` counts every host read of a device value (patched `Tensor` methods). Counting covers the whole decoding loop, model forwards included, with no streamer and no user
 stopping criterion (each of those legitimately reads tokens on the host).
@@ -43,6 +44,15 @@ def syncs_per_step(monkeypatch, family: str, lengths: list[int], **options) -> t
         {"wedlm_blockwise": True},
         {"wedlm_lossless": True},
         {"wedlm_lossless": True, "wedlm_entropy_threshold": 2.0},
+        *(
+            {**mode, **sampling}
+            for mode in ({}, {"wedlm_lossless": True})
+            for sampling in (
+                {"do_sample": True, "temperature": 0.7, "top_k": 20, "top_p": 0.9, "min_p": 0.05},
+                {"repetition_penalty": 1.3},
+                {"do_sample": True, "temperature": 1.2, "repetition_penalty": 1.2},
+            )
+        ),
     ],
 )
 @pytest.mark.parametrize("lengths", [[7], [5, 9, 3]])

@@ -27,6 +27,7 @@ from .plain import PlainPolicy
 from .pool import PoolBackend, compiles
 from .processors import split_suppressed
 from .record import OutputRecord
+from .sampling import RowSampling
 from .settings import UNSET, WeDLMSettings
 from .validation import check_request, check_settings, checked_prompt
 from .verify import Verifier
@@ -173,7 +174,13 @@ def start_decoding(
     pick and the dynamic backend (which feeds the prompt), writing to `record`; `max_new_tokens` per row."""
     settings, layout, logits_processor = setup.settings, setup.layout, setup.processors
     state = _first_window(input_ids, mask, layout, tuple(record.token_scores), setup.vocab_size, max_new_tokens)
-    do_sample = bool(generation_config.do_sample)
+    if record.sampling is None:  # `generate()`: the call's processors, densely where they allow it
+        record.sampling = RowSampling.from_processors(
+            logits_processor, generation_config.do_sample, input_ids.shape[0], input_ids.device, layout.mask_id
+        )
+        if record.sampling is not None:
+            logits_processor = LogitsProcessorList()  # every one of them is in `record.sampling`
+    do_sample = bool(generation_config.do_sample) or (record.sampling is not None and record.sampling.may_sample)
     contiguous = settings.lossless and do_sample
     filler = SlotFiller(layout, settings, record, logits_processor, do_sample, contiguous)
     if settings.lossless:

@@ -8,6 +8,7 @@ from transformers import LogitsProcessorList
 
 from .processors import for_rows
 from .record import OutputRecord
+from .sampling import FILL
 from .selection import choose_slots, slot_entropy
 from .settings import WeDLMSettings
 from .window import WindowLayout, WindowState
@@ -55,11 +56,15 @@ class SlotFiller:
             entropy = slot_entropy(logits).gather(1, columns)
             settings = self.settings
             chosen = choose_slots(entropy, candidates, settings.entropy_threshold, settings.pos_penalty_factor)
+        sampling = self.record.sampling
         if self.contiguous:
-            chosen &= ((state.window[:, :window_size] != self.layout.mask_id) | chosen).int().cumprod(1).bool()
+            run = ((state.window[:, :window_size] != self.layout.mask_id) | chosen).int().cumprod(1).bool()
+            chosen &= run if sampling is None else run | ~sampling.sample[state.rows][:, None]
         slot_logits = gather_columns(logits, columns) if scores.keeps_logits else None
         logits[..., self.layout.mask_id] = float("-inf")
-        if self.logits_processor or self.do_sample:
+        if sampling is not None:
+            tokens, slot_scores = self._choose_per_row(state, logits, columns, chosen, draft_probs)
+        elif self.logits_processor or self.do_sample:
             tokens, slot_scores = self._choose_processed(state, logits, columns, chosen, draft_probs)
         else:
             tokens = logits.argmax(-1).gather(1, columns)
@@ -68,6 +73,30 @@ class SlotFiller:
         window.copy_(torch.where(chosen, tokens, window))
         state.fill_step[:, :window_size].masked_fill_(chosen, self.record.steps)
         scores.fill(chosen, scores=slot_scores, logits=slot_logits)
+
+    def _choose_per_row(
+        self,
+        state: WindowState,
+        logits: torch.Tensor,
+        columns: torch.Tensor,
+        chosen: torch.Tensor,
+        draft_probs: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`_choose_processed` for rows with their own sampling (`record.sampling`), dense over every slot: the
+        call's other processors (each slot with its row's committed context), then each row's penalties, warpers
+        and draw, with no host read."""
+        sampling, record = self.record.sampling, self.record
+        scores = gather_columns(logits, columns).float()
+        if self.logits_processor:
+            slots = scores.shape[1]
+            rows = state.rows.repeat_interleave(slots)
+            context = record.committed_context(state).repeat_interleave(slots, dim=0)
+            scores = for_rows(self.logits_processor, rows)(context, scores.flatten(0, 1)).view_as(scores)
+        scores = sampling.processed(scores, state.rows, sampling.seen(record, state, scores.shape[-1]))
+        tokens, probs = sampling.choose(scores, state.rows, record.forward_numbers(state), FILL)
+        if draft_probs is not None and probs is not None:
+            draft_probs.copy_(torch.where(chosen[..., None], probs, draft_probs))
+        return tokens, scores if state.scores.keeps_scores else None
 
     def _choose_processed(
         self,

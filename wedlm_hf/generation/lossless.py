@@ -139,7 +139,7 @@ class LosslessPolicy:
             slot_physical = shift(state, self.layout, none, plan.length, forward.physical)
             raw = forward.prompt_logits[:, None]
             scores = self.verifier.scores(state, raw, torch.ones_like(none))
-            self._place_certain(state, self.verifier.next_tokens(scores)[:, 0], raw, scores)
+            self._place_certain(state, self.verifier.next_tokens(scores, state)[:, 0], raw, scores)
             self.filler.fill(state, forward.logits, slot_physical, self._fillable(state), self.draft_probs)
             self._draft_from_context(state)
             return none
@@ -153,7 +153,7 @@ class LosslessPolicy:
         if verifier.needs_scores:
             scores = verifier.scores(state, raw, plan.leading)
             draft_probs = None if self.draft_probs is None else self.draft_probs[:, 1:window_size]
-            accepted, next_certain = verifier.verify(scores, draft_tokens, drafts, draft_probs)
+            accepted, next_certain = verifier.verify(scores, draft_tokens, drafts, draft_probs, state)
         else:
             in_draft = slots[:, : window_size - 1] < drafts[:, None]
             accepted, next_certain = greedy_accept(logits.argmax(-1).gather(1, ar_columns), draft_tokens, in_draft)
@@ -198,7 +198,8 @@ class LosslessPolicy:
         fraction of its ops (on held-out code most lossless forwards are of this kind)."""
         one = torch.ones_like(plan.length)
         if self.verifier.needs_scores:
-            next_certain = self.verifier.next_tokens(self.verifier.scores(state, forward.logits[:, :1], one))[:, 0]
+            scores = self.verifier.scores(state, forward.logits[:, :1], one)
+            next_certain = self.verifier.next_tokens(scores, state)[:, 0]
         else:
             next_certain = forward.logits[:, 0].argmax(-1)
         shift(state, self.layout, one, plan.length, forward.physical)

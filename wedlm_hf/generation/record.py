@@ -63,6 +63,8 @@ class OutputRecord:
         statistics count from its own first forward."""
         self.steps = 0
         """Model calls so far (the live step number; the forward being prepared is `steps + 1`)."""
+        self.sampling = None
+        """Each input row's own sampling (`sampling.RowSampling`), or None: the call's processors decide."""
 
     @property
     def new_tokens(self) -> torch.Tensor:
@@ -146,6 +148,11 @@ class OutputRecord:
         context = self.sequences[state.rows[:, None], columns.clamp(min=0)]
         return context.masked_fill(columns < 0, self.pad_id)
 
+    def forward_numbers(self, state: WindowState) -> torch.Tensor:
+        """Per running row, the number of the forward just run counted from the row's own first (the same whatever
+        rows ran beside it: what a row's random draws are keyed on)."""
+        return self.steps - self.first_step[state.rows]
+
     def store_totals(self, state: WindowState, counters: dict[str, torch.Tensor]) -> None:
         """Copy the running rows' counters into the per-input-row totals (before rows leave)."""
         self.totals["forwards"][state.rows] = self.steps  # every row runs from the first forward
@@ -184,7 +191,7 @@ class OutputRecord:
             "finish": torch.cat([self.finish, other.finish]),
             "first_step": torch.cat([self.first_step, other.first_step + offset]),
             "row_criteria": row_criteria,
-        })]
+        })] + (self.sampling.joined(other.sampling) if self.sampling is not None else [])
 
     def _widened(self, prompt_length: int, discard: int) -> torch.Tensor:
         """`sequences` with padding prepended, so the prompt columns are `prompt_length` wide, and appended, so the
@@ -209,6 +216,8 @@ class OutputRecord:
         self.token_scores = {kind: store[index, :outputs] for kind, store in self.token_scores.items()}
         self.totals = {name: total[index] for name, total in self.totals.items()}
         self.row_criteria = {new: self.row_criteria[old] for new, old in enumerate(rows) if old in self.row_criteria}
+        if self.sampling is not None:
+            self.sampling.keep(rows)
         return moved
 
     def cancel(self, rows: torch.Tensor) -> None:

@@ -10,7 +10,12 @@ Greedy: a draft passes while it is the argmax of the processed scores before it.
 Leviathan et al. 2023; Chen et al. 2023): a draft x drawn from q passes with probability min(1, p(x)/q(x)); the
 first failure is replaced by a sample of normalised max(0, p - q), and when every draft passes one more token comes
 from p, so each committed token is distributed as transformers' sampled `generate()` draws it. Random draws use
-torch's global generator, as transformers' sampling does: `torch.manual_seed` makes a call reproducible.
+torch's global generator, as transformers' sampling does (`torch.manual_seed` makes a call reproducible), or,
+for rows with their own sampling (`sampling.py`), numbers keyed on the row alone.
+
+Processors that read the prefix or its length (n-gram bans, min length...) run in one stacked call per distinct
+length, one host read a step; the row-wise ones `sampling.py` applies densely (penalties, temperature, top-k/p,
+min-p) need no grouping.
 """
 
 from dataclasses import dataclass
@@ -20,6 +25,7 @@ from transformers import LogitsProcessorList
 
 from .processors import for_rows
 from .record import OutputRecord
+from .sampling import ACCEPT, NEXT, draw
 from .window import WindowState
 
 
@@ -33,20 +39,28 @@ class Verifier:
     @property
     def needs_scores(self) -> bool:
         """Whether verification needs the positions' full scores (else an argmax of the raw logits decides)."""
-        return bool(self.logits_processor) or self.do_sample
+        return bool(self.logits_processor) or self.do_sample or self.record.sampling is not None
 
     def scores(self, state: WindowState, logits: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
         """(rows, positions, vocab) float32 scores: position j of row r through the processors with the prefix
         committed(r) + window[r, 1 : 1 + j] (slot 0, the certain token, is committed already), for j < count[r];
         the other positions stay raw."""
         scores = logits.to(dtype=torch.float32, copy=True)
-        if not self.logits_processor:
+        record, positions, sampling = self.record, logits.shape[1], self.record.sampling
+        if self.logits_processor:
+            scores = self._grouped(state, scores, count)
+        if sampling is None:
             return scores
-        record, positions = self.record, logits.shape[1]
+        seen = sampling.seen(record, state, scores.shape[-1], state.window[:, 1:positions])
+        return sampling.processed(scores, state.rows, seen)
+
+    def _grouped(self, state: WindowState, scores: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+        """The call's processors at each position, its exact prefix as input ids: one stacked call per length."""
+        record, positions, device = self.record, scores.shape[1], scores.device
         committed = record.prompt_length + state.generated
-        steps = torch.arange(positions, device=logits.device)
+        steps = torch.arange(positions, device=device)
         longest = int(committed.max()) + positions - 1
-        columns = torch.arange(longest, device=logits.device).clamp(max=record.sequences.shape[1] - 1)
+        columns = torch.arange(longest, device=device).clamp(max=record.sequences.shape[1] - 1)
         prefixes = record.sequences[state.rows[:, None], columns[None]]
         if positions > 1:
             prefixes.scatter_(1, committed[:, None] + steps[None, :-1], state.window[:, 1:positions])
@@ -59,15 +73,19 @@ class Verifier:
             scores[picked_rows, picked] = processors(prefixes[picked_rows, :length], scores[picked_rows, picked])
         return scores
 
-    def next_tokens(self, scores: torch.Tensor) -> torch.Tensor:
+    def next_tokens(self, scores: torch.Tensor, state: WindowState) -> torch.Tensor:
         """(rows, positions): the token transformers would choose after each position (argmax, or a sample)."""
+        sampling = self.record.sampling
+        if sampling is not None:
+            return sampling.choose(scores, state.rows, self.record.forward_numbers(state), NEXT)[0]
         if not self.do_sample:
             return scores.argmax(-1)
         probs = torch.softmax(scores, dim=-1)
         return torch.multinomial(probs.flatten(0, -2), 1).view(probs.shape[:-1])
 
     def verify(
-        self, scores: torch.Tensor, drafts: torch.Tensor, draft_count: torch.Tensor, draft_probs: torch.Tensor | None
+        self, scores: torch.Tensor, drafts: torch.Tensor, draft_count: torch.Tensor, draft_probs: torch.Tensor | None,
+        state: WindowState,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per row, how many leading drafts pass and the token after them.
 
@@ -75,19 +93,42 @@ class Verifier:
         (rows, k) slots; `draft_count` (rows,) how many of them are drafts; `draft_probs` (rows, k, vocab) the
         distributions q the drafts were sampled from (sampling only)."""
         in_draft = torch.arange(drafts.shape[1], device=drafts.device)[None] < draft_count[:, None]
-        if not self.do_sample:
+        sampling = self.record.sampling
+        if not self.do_sample or (sampling is not None and not sampling.any_sample):
             return greedy_accept(scores.argmax(-1), drafts, in_draft)
-        probs = torch.softmax(scores, dim=-1)
-        p_draft = probs[:, :-1].gather(-1, drafts[..., None]).squeeze(-1)
-        q_draft = draft_probs.gather(-1, drafts[..., None]).squeeze(-1)
-        passes = (torch.rand_like(p_draft) * q_draft < p_draft) & in_draft
-        accepted = passes.int().cumprod(1).sum(1)
-        target = _at(probs, accepted)
-        if drafts.shape[1]:  # a failed draft: p less the q it was drawn from covers what that draw did not
-            residual = (target - _at(draft_probs, accepted.clamp(max=drafts.shape[1] - 1))).clamp(min=0)
-            rejected = (accepted < draft_count) & (residual.sum(-1) > 0)
-            target = torch.where(rejected[:, None], residual, target)
+        if sampling is None:
+            uniform = torch.rand((*drafts.shape,), device=drafts.device)
+            accepted, token = _speculative(scores, drafts, draft_count, draft_probs, in_draft, uniform, None)
+            return accepted, token
+        rows, forward = state.rows, self.record.forward_numbers(state)
+        uniform = sampling.uniforms(rows, forward, ACCEPT, drafts.shape[1])
+        accepted, token = _speculative(
+            scores, drafts, draft_count, draft_probs, in_draft, uniform, sampling.uniforms(rows, forward, NEXT, 1)
+        )
+        greedy_accepted, greedy_token = greedy_accept(scores.argmax(-1), drafts, in_draft)
+        sample = sampling.sample[rows]
+        return torch.where(sample, accepted, greedy_accepted), torch.where(sample, token, greedy_token)
+
+
+def _speculative(
+    scores: torch.Tensor, drafts: torch.Tensor, draft_count: torch.Tensor, draft_probs: torch.Tensor,
+    in_draft: torch.Tensor, uniform: torch.Tensor, final: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Speculative sampling of every row: drafts pass while `uniform` * q < p, then one token from p (or from
+    the residual after a rejection), drawn with `final` (n, 1) uniforms, else torch's global generator."""
+    probs = torch.softmax(scores, dim=-1)
+    p_draft = probs[:, :-1].gather(-1, drafts[..., None]).squeeze(-1)
+    q_draft = draft_probs.gather(-1, drafts[..., None]).squeeze(-1)
+    passes = (uniform * q_draft < p_draft) & in_draft
+    accepted = passes.int().cumprod(1).sum(1)
+    target = _at(probs, accepted)
+    if drafts.shape[1]:  # a failed draft: p less the q it was drawn from covers what that draw did not
+        residual = (target - _at(draft_probs, accepted.clamp(max=drafts.shape[1] - 1))).clamp(min=0)
+        rejected = (accepted < draft_count) & (residual.sum(-1) > 0)
+        target = torch.where(rejected[:, None], residual, target)
+    if final is None:
         return accepted, torch.multinomial(target, 1).squeeze(1)
+    return accepted, draw(target[:, None], final)[:, 0]
 
 
 def greedy_accept(
