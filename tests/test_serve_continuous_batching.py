@@ -134,10 +134,10 @@ def test_client_disconnecting_mid_stream_frees_its_row(server):
         ({"model": "some/other-model", "prompt": "1, 2,"}, 400, "pinned"),
         ({"model": MODEL, "prompt": "1, 2,", "max_tokens": 5000}, 400, "max_position_embeddings"),
         ({"model": MODEL, "prompt": "", "max_tokens": 5}, 400, "prompt is empty"),
-        ({"model": MODEL, "prompt": "1, 2,", "frequency_penalty": 0.5, "stream": True}, 400, "frequency_penalty"),
+        ({"model": MODEL, "prompt": "1, 2,", "frequency_penalty": 2.5, "stream": True}, 400, "frequency_penalty"),
         ({"model": MODEL, "prompt": "1, 2,", "generation_config": '{"decoding": "ar"}'}, 400, "decoding"),
     ],
-    ids=["bad-json", "unknown-model", "past-position-limit", "empty-prompt", "per-request-penalty", "per-request-ar"],
+    ids=["bad-json", "unknown-model", "past-position-limit", "empty-prompt", "penalty-out-of-range", "per-request-ar"],
 )
 def test_malformed_requests_get_a_clear_4xx_and_the_server_keeps_serving(server, body, status, reason):
     with httpx.Client(timeout=PATIENCE_S) as http:
@@ -166,24 +166,38 @@ def test_a_request_failing_inside_decoding_fails_alone(server):
     assert complete(server, PROMPTS[1], 6, True)[0] == server.lone(PROMPTS[1], 6)
 
 
-@pytest.mark.parametrize(
-    "fields, named",
-    [
-        ({"temperature": 1.5}, "temperature"),
-        ({"temperature": 0.8, "extra_body": {"top_k": 5}}, "temperature, top_k"),
-        ({"frequency_penalty": 0.5}, "frequency_penalty"),
-        ({"extra_body": {"repetition_penalty": 1.2}}, "repetition_penalty"),
-    ],
-    ids=["temperature", "top-k", "frequency-penalty", "repetition-penalty"],
-)
-def test_sampling_other_than_the_servers_is_refused_naming_the_field(server, fields, named):
-    """One generation config serves the batch: a request asking for other sampling is refused, never served
-    greedy; greedy requests (temperature 0, a seed that draws nothing) are served."""
-    with pytest.raises(openai.BadRequestError, match=f"{named}: with continuous batching") as refused:
-        server.client.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=6, **fields)
-    assert refused.value.param == named.split(",")[0]
-    greedy = server.client.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=6, temperature=0, seed=3)
-    assert greedy.choices[0].text == server.lone(PROMPTS[0], 6)
+def test_each_request_samples_with_its_own_settings(server):
+    """OpenAI's meaning per request, beside greedy requests: temperature above 0 samples (seeds 1, 2, 3 differ),
+    a seed gives the same text whatever else is decoding, top_k / min_p / penalties are accepted, and the greedy
+    requests beside them still get their lone text."""
+    def sampled(seed, **fields):
+        return complete_with(server, PROMPTS[2], 16, temperature=1.5, seed=seed, **fields)
+
+    jobs = [
+        lambda: sampled(1), lambda: sampled(2), lambda: sampled(3), lambda: complete(server, PROMPTS[0], 12, False),
+        lambda: sampled(1, extra_body={"top_k": 5, "min_p": 0.05, "repetition_penalty": 1.2}),
+        lambda: sampled(2, frequency_penalty=0.5, presence_penalty=0.5),
+        lambda: complete(server, PROMPTS[1], 8, False),
+    ]
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        answers = [future.result() for future in [pool.submit(job) for job in jobs]]
+    assert len({answers[0], answers[1], answers[2]}) > 1, "temperature 1.5 sampled nothing"
+    assert answers[0] == sampled(1), "a seeded request's text depends on what ran beside it"
+    assert answers[4] == sampled(1, extra_body={"top_k": 5, "min_p": 0.05, "repetition_penalty": 1.2})
+    assert answers[3][0] == server.lone(PROMPTS[0], 12) and answers[6][0] == server.lone(PROMPTS[1], 8)
+
+
+def complete_with(server, prompt: str, max_tokens: int, **fields) -> str:
+    return server.client.completions.create(model=MODEL, prompt=prompt, max_tokens=max_tokens, **fields).choices[0].text
+
+
+def test_settings_shared_by_the_batch_are_refused_naming_the_field(server):
+    """WeDLM settings and processors other than sampling belong to the batch: a request asking for others is
+    refused naming the field, never served with the server's."""
+    body = {"generation_config": json.dumps({"no_repeat_ngram_size": 3})}
+    with pytest.raises(openai.BadRequestError, match="generation_config: with continuous batching") as refused:
+        server.client.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=6, extra_body=body)
+    assert refused.value.param == "generation_config"
 
 
 def test_max_tokens_is_honoured_at_any_value(server):

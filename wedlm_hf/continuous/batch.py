@@ -1,6 +1,8 @@
 """The running batch of continuous batching: the decode loop every running request's row is part of, its K/V
-pool, and the decoding set-up all rows share (one generation config: sampling, logits processors, EOS, the WeDLM
-settings), built by `prepare_decoding` as `wedlm_decode` builds its own.
+pool, and the decoding set-up all rows share (one generation config: logits processors, EOS, the WeDLM settings),
+built by `prepare_decoding` as `wedlm_decode` builds its own. Sampling is each row's own (`RowSampling` on the
+output record: temperature, top-k/p, min-p, penalties, seed), the config's sampling being the default of a
+request that brings none.
 
 It knows rows, not requests (the scheduler maps one to the other): an admitted group is decoded through its first
 step (prompt and first window) in a batch of its own, as `generate` decodes it, then joins (`DecodeLoop.join`);
@@ -26,6 +28,7 @@ from ..generation.attention import MASK_IMPLEMENTATIONS
 from ..generation.decoding import prepare_decoding, start_decoding
 from ..generation.loop import DecodeLoop, RowProgress, first_step
 from ..generation.pool import PoolBackend
+from ..generation.sampling import RowSampling, SamplingParams
 from .requests import GenerationRequest
 
 
@@ -41,6 +44,7 @@ class RunningBatch:
     ):
         self.model, self.tokenizer = model, tokenizer
         self.config = config = copy.deepcopy(generation_config or model.generation_config)
+        self.default_sampling = shared_sampling(config)
         self.device = device = model.device
         self.setup = setup = prepare_decoding(model, config, device=device)
         self.settings, self.layout, self.pad_id = setup.settings, setup.layout, setup.pad_id
@@ -87,6 +91,8 @@ class RunningBatch:
             i: list(StoppingCriteriaList([StopStringCriteria(self.tokenizer, request.stop_strings)]))
             for i, request in enumerate(group) if request.stop_strings
         }
+        params = [request.sampling or self.default_sampling for request in group]
+        record.sampling = RowSampling.for_requests(params, self.device, self.layout.mask_id)
         padded = any(len(request.input_ids) < input_ids.shape[1] for request in group)
         loop = start_decoding(
             self.model, input_ids, mask, padded, torch.tensor(budgets, device=self.device), self.setup, self.config,
@@ -124,3 +130,23 @@ class RunningBatch:
         self.loop = None
         if self.pool is not None:
             self.pool.select_rows(self.pool.index[:0], [])
+
+
+UNSUPPORTED_SAMPLING = ("typical_p", "epsilon_cutoff", "eta_cutoff", "top_h")
+"""Warpers a row cannot have its own of: a sampling server config with one is refused."""
+
+
+def shared_sampling(config: GenerationConfig) -> SamplingParams:
+    """The sampling `config` asks for, as the default of requests that bring none; `config` (the batch's own copy)
+    is left greedy and unpenalised, since each row samples and penalises by its own settings."""
+    if config.do_sample:
+        unsupported = [name for name in UNSUPPORTED_SAMPLING if getattr(config, name, None) not in (None, 0, 1.0)]
+        if unsupported:
+            raise ValueError(
+                f"Continuous batching samples with temperature, top_k, top_p, min_p and penalties per request; the "
+                f"generation config also sets {', '.join(unsupported)}: drop it, or decode without continuous batching."
+            )
+    sampling = SamplingParams.from_generation_config(config)
+    config.do_sample = False
+    config.temperature = config.top_k = config.top_p = config.min_p = config.repetition_penalty = None
+    return sampling

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 
 from ..generation.outputs import ERROR
+from ..generation.sampling import SamplingParams
 from .requests import Add, Cancel, Close, GenerationRequest, Message, RequestResult, RequestUpdate
 from .scheduler import WeDLMScheduler
 
@@ -69,11 +70,13 @@ class ContinuousBatcher:
         *,
         stop_strings: list[str] | None = None,
         request_id: str | None = None,
+        sampling: SamplingParams | None = None,
         on_update: Listener | None = None,
     ) -> RequestHandle:
         """Queue a prompt; raises a ValueError at once for a request that cannot be served."""
         request = GenerationRequest(
-            [int(token) for token in input_ids], max_new_tokens, stop_strings, request_id or uuid.uuid4().hex
+            [int(token) for token in input_ids], max_new_tokens, stop_strings, request_id or uuid.uuid4().hex,
+            sampling,
         )
         return self.submit_request(request, on_update)
 

@@ -5,17 +5,22 @@ import uuid
 from dataclasses import dataclass, field
 
 from ..generation import WeDLMStats
+from ..generation.sampling import SamplingParams
 
 
 @dataclass
 class GenerationRequest:
-    """One prompt to continue. Everything else (sampling, WeDLM settings, EOS) is shared by the scheduler's batch."""
+    """One prompt to continue, with its own budget, stop strings and sampling. The rest (WeDLM settings, EOS, other
+    logits processors) is shared by the scheduler's batch."""
 
     input_ids: list[int]
     max_new_tokens: int
     stop_strings: list[str] | None = None
     """Strings that end the output once it contains one (needs the scheduler's tokenizer)."""
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    sampling: SamplingParams | None = None
+    """Its sampling; None: the scheduler's generation config's. Seeded, its tokens do not depend on the other
+    requests decoding beside it."""
 
     @property
     def reserved_tokens(self) -> int:

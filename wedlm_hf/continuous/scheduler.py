@@ -11,7 +11,8 @@ Every row keeps its own positions, window, budget and stopping criteria, so its 
 of its own produces (greedy and lossless; batched rows differ from lone ones only where floating-point sums over a
 wider, padded batch flip a near-tie, as in batched `generate`).
 
-Sampling, logits processors, EOS and the WeDLM settings belong to the batch: one generation config per scheduler.
+Each request samples with its own settings (`GenerationRequest.sampling`, else the scheduler's generation config's);
+logits processors, EOS and the WeDLM settings belong to the batch: one generation config per scheduler.
 A fault in a request's first step or while it joins fails that request alone (a join builds the joined state
 before it replaces the running one, `DecodeLoop.join`); so does one the decoder pins on rows of a shared step
 (lossless decoding whose greedy next token is the mask token); any other fault in a shared step fails the running
@@ -26,6 +27,7 @@ from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerB
 
 from ..generation.lossless import MaskTokenPredicted
 from ..generation.outputs import CANCELLED, ERROR
+from ..generation.sampling import SamplingParams
 from ..generation.validation import position_limit_error
 from .admission import AdmissionPolicy, FirstComeFirstServed
 from .batch import RunningBatch
@@ -101,6 +103,8 @@ class WeDLMScheduler:
                 f"The request's {len(prompt)} prompt tokens plus max_new_tokens={budget} exceed the batch's token "
                 f"budget ({self.max_batch_tokens}); lower max_new_tokens or raise max_batch_tokens."
             )
+        if request.sampling is not None and not isinstance(request.sampling, SamplingParams):
+            raise ValueError(f"`sampling` must be a SamplingParams, got {type(request.sampling).__name__}.")
         if request.stop_strings and self.tokenizer is None:
             raise ValueError("`stop_strings` need the tokenizer: build the scheduler with `tokenizer=`.")
 

@@ -20,6 +20,7 @@ import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 from transformers.generation import logits_process as lp
 
+from .draws import draw, draw_key, keyed_uniforms, row_key
 from .window import Updates
 
 FILL, ACCEPT, NEXT = 0, 1, 2
@@ -88,33 +89,6 @@ class OpenAIPenalties(LogitsProcessor):
         return scores - self.frequency * counts - self.presence * (counts > 0).to(scores.dtype)
 
 
-_GOLDEN = 0x9E3779B97F4A7C15 - 2**64
-_MIX = (0xBF58476D1CE4E5B9 - 2**64, 0x94D049BB133111EB - 2**64)
-
-
-def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
-    """Logical right shift of int64 values (torch's `>>` is arithmetic)."""
-    return (x >> bits) & ((1 << (64 - bits)) - 1)
-
-
-def _mix(x: torch.Tensor) -> torch.Tensor:
-    """SplitMix64's finaliser (Steele et al. 2014), in int64 arithmetic that wraps as uint64 would."""
-    x = (x ^ _shift_right(x, 30)) * _MIX[0]
-    x = (x ^ _shift_right(x, 27)) * _MIX[1]
-    return x ^ _shift_right(x, 31)
-
-
-def row_key(seed: int) -> int:
-    """The key a request seeded with `seed` samples with: the first draw of a generator seeded with it, so a
-    one-row `generate()` after `torch.manual_seed(seed)` (which draws its row's key from the global generator)
-    samples the same tokens."""
-    return _draw_key(torch.Generator().manual_seed(seed))
-
-
-def _draw_key(generator: torch.Generator | None = None) -> int:
-    return int(torch.randint(-(2**62), 2**62, (), generator=generator))
-
-
 class RowSampling:
     """Per input row (the output record's rows, so it joins and forgets rows with it): what `SamplingParams`
     says, as tensors, and the row's key. Built from host values, so the batch-wide switches (any row sampling,
@@ -150,7 +124,7 @@ class RowSampling:
     @classmethod
     def for_requests(cls, params: list[SamplingParams], device, mask_id: int) -> "RowSampling":
         """Each request's own; an unseeded one gets a key from torch's global generator."""
-        keys = [row_key(p.seed) if p.seed is not None else _draw_key() for p in params]
+        keys = [row_key(p.seed) if p.seed is not None else draw_key() for p in params]
         return cls(params, keys, device, mask_id, of_requests=True)
 
     @classmethod
@@ -185,7 +159,7 @@ class RowSampling:
         else:
             values = {"repetition_penalty": values.get("repetition_penalty", 1.0)}
         params = SamplingParams(**values)
-        sampling = cls([params] * rows, [_draw_key() for _ in range(rows)], device, mask_id, of_requests=False)
+        sampling = cls([params] * rows, [draw_key() for _ in range(rows)], device, mask_id, of_requests=False)
         sampling.counted_from = counted_from
         return sampling
 
@@ -250,12 +224,8 @@ class RowSampling:
     # ----- draws -----
 
     def uniforms(self, rows: torch.Tensor, forward: torch.Tensor, purpose: int, count: int) -> torch.Tensor:
-        """(n, count) numbers in (0, 1), each a function of (the row's key, its own forward number `forward`,
-        `purpose`, the index), nothing else."""
-        base = _mix(self.key[rows] + _GOLDEN * (forward * 4 + purpose + 1))
-        index = torch.arange(1, count + 1, device=base.device)
-        bits = _shift_right(_mix(base[:, None] + _GOLDEN * index), 40)  # 24 random bits: exact in float32
-        return (bits.float() + 0.5) / 2**24
+        """(n, count) numbers in (0, 1) for input rows `rows` at their own forward number `forward` (n,)."""
+        return keyed_uniforms(self.key[rows], forward, purpose, count)
 
     def choose(self, scores: torch.Tensor, rows: torch.Tensor, forward: torch.Tensor, purpose: int
                ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -267,14 +237,6 @@ class RowSampling:
         probs = scores.softmax(-1)
         drawn = draw(probs, self.uniforms(rows, forward, purpose, scores.shape[1]))
         return torch.where(self.sample[rows][:, None], drawn, greedy), probs
-
-
-def draw(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-    """Inverse-CDF draws: per (row, position) the first token whose cumulative probability reaches `uniform`
-    times the total (a token of probability 0 is never drawn, as `uniform` > 0)."""
-    cumulative = probs.cumsum(-1)
-    target = uniform * cumulative[..., -1]
-    return (cumulative < target[..., None]).sum(-1).clamp(max=probs.shape[-1] - 1)
 
 
 @dataclass

@@ -25,7 +25,8 @@ from transformers import LogitsProcessorList
 
 from .processors import for_rows
 from .record import OutputRecord
-from .sampling import ACCEPT, NEXT, draw
+from .draws import draw
+from .sampling import ACCEPT, NEXT
 from .window import WindowState
 
 

@@ -3,11 +3,13 @@
 (wedlm_hf/continuous/), chosen by the server's generation state (managers.py). The server, its handlers and its
 OpenAI API stay transformers' own.
 
-Per request: the prompt, `max_tokens` (not sent: as many as fit the model's positions), `stop` strings,
-streaming and cancellation (a client that disconnects mid-stream frees its row at the next step). Shared by
-every request, as in transformers' CB: sampling, penalties, logits processors, EOS and the WeDLM settings, i.e. the
-model's generation config as `wedlm-hf serve` set it; a request that asks for other values is refused (HTTP 400,
-naming the request's fields) rather than silently served with the server's.
+Per request: the prompt, `max_tokens` (not sent: as many as fit the model's positions), `stop` strings, its
+sampling with OpenAI's meaning (requests.py: temperature, top_p, top_k, min_p, repetition, frequency and presence
+penalties, seed; a seeded request's text does not depend on what else is decoding), streaming and cancellation (a
+client that disconnects mid-stream frees its row at the next step). Shared by every request: other logits
+processors, EOS and the WeDLM settings, i.e. the model's generation config as `wedlm-hf serve` set it; a request
+that asks for other values of those is refused (HTTP 400, naming the request's fields) rather than silently served
+with the server's.
 """
 
 import asyncio
@@ -19,11 +21,15 @@ from transformers.cli.serving import utils as serving_utils
 from ..continuous.manager import ContinuousBatcher
 from ..continuous.requests import GenerationRequest, RequestUpdate
 from .errors import invalid_request
-from .requests import FIELDS
+from ..generation.sampling import SamplingParams
+from .requests import CARRIED, FIELDS
 
-PER_REQUEST = {"max_new_tokens", "max_length", "stop_strings", "use_cache", "transformers_version"}
+PER_REQUEST = {
+    "max_new_tokens", "max_length", "stop_strings", "use_cache", "transformers_version",
+    "do_sample", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", *CARRIED,
+}
 """Generation config fields a request may set (transformers serve sets `use_cache=False` for CB itself)."""
-SAMPLING_ONLY = {"temperature", "top_p", "top_k", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "seed"}
+SAMPLING_ONLY = {"typical_p", "epsilon_cutoff", "eta_cutoff"}
 """Fields that change nothing when neither the request nor the server samples (e.g. `temperature=0`)."""
 REQUEST_FIELDS = {"do_sample": "temperature", "sequence_bias": "logit_bias"}
 """The request field that sets a generation config field of another name (requests.py); a field that no request
@@ -132,10 +138,10 @@ class WeDLMCBGenerateManager(serving_utils.BaseGenerateManager):
         if conflicts:
             fields = request_fields(conflicts)
             raise invalid_request(
-                f"{', '.join(fields)}: with continuous batching, sampling, penalties and WeDLM settings are the "
-                f"server's for every request (its generation config, set by `wedlm-hf serve` options; this request "
-                f"asks for other {', '.join(conflicts)}); drop them from the request, or serve without "
-                "--continuous-batching.",
+                f"{', '.join(fields)}: with continuous batching, logits processors other than sampling and "
+                f"penalties, and WeDLM settings, are the server's for every request (its generation config, set by "
+                f"`wedlm-hf serve` options; this request asks for other {', '.join(conflicts)}); drop them from the "
+                "request, or serve without --continuous-batching.",
                 fields[0],
             )
         input_ids = inputs["input_ids"]
@@ -143,8 +149,12 @@ class WeDLMCBGenerateManager(serving_utils.BaseGenerateManager):
         if gen_config.max_new_tokens is None:
             gen_config.max_new_tokens = max(self.batcher.scheduler.max_sequence_length - len(input_ids), 1)
         stop = gen_config.stop_strings
+        frequency, presence, seed = (getattr(gen_config, name, None) for name in CARRIED)
+        sampling = SamplingParams.from_generation_config(
+            gen_config, frequency_penalty=frequency or 0.0, presence_penalty=presence or 0.0, seed=seed
+        )
         request = GenerationRequest(
-            input_ids, gen_config.max_new_tokens, [stop] if isinstance(stop, str) else stop, request_id
+            input_ids, gen_config.max_new_tokens, [stop] if isinstance(stop, str) else stop, request_id, sampling
         )
         try:
             self.batcher.scheduler.check(request)

@@ -12,15 +12,15 @@ penalty on every token seen, prompt included), ignores `presence_penalty` and re
   [count(t) > 0], counted over the output so far (`OpenAIPenalties`).
 - `seed` seeds the request's sampling.
 The penalties and the seed ride on the config as attributes of those names (`CARRIED`) to the generate manager,
-which hands them to `generate` (a logits processor, a seed set right before the call); continuous batching, whose
-settings are the server's, refuses them by those names.
+which hands them to `generate` (a logits processor, a seed set right before the call), or, with continuous
+batching, into the request's own `SamplingParams`.
 """
 
 import json
 
-import torch
 from transformers import GenerationConfig, LogitsProcessor
 
+from ..generation.sampling import OpenAIPenalties
 from .errors import invalid_request
 
 FIELDS = {  # field: (accepted, what it must be)
@@ -80,19 +80,6 @@ def names_budget(body: dict) -> bool:
     if any(body.get(name) is not None for name in BUDGET_FIELDS):
         return True
     return "max_new_tokens" in json.loads(body.get("generation_config") or "{}")
-
-
-class OpenAIPenalties(LogitsProcessor):
-    """OpenAI's frequency and presence penalties: logit[t] -= frequency * count(t) + presence * [count(t) > 0],
-    over the tokens after the first `prompt_length` (the output so far)."""
-
-    def __init__(self, prompt_length: int, frequency: float, presence: float):
-        self.prompt_length, self.frequency, self.presence = prompt_length, frequency, presence
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        output = input_ids[:, self.prompt_length :]
-        counts = torch.zeros_like(scores).scatter_add_(1, output, torch.ones_like(output, dtype=scores.dtype))
-        return scores - self.frequency * counts - self.presence * (counts > 0).to(scores.dtype)
 
 
 def take_carried(config: GenerationConfig, prompt_length: int) -> tuple[int | None, list[LogitsProcessor]]:
