@@ -2,9 +2,12 @@
 transformers' own `--continuous_batching` (AR, paged attention) on the same model, side by side in one run.
 
 Each arm's server is started on 127.0.0.1 in a subprocess, driven by 1, 4, 8 and 16 concurrent clients with
-mixed prompts (counting and code) and output lengths, streamed and not, then stopped. Reported per arm and
-concurrency: completion tokens per second over the wall time, p50/p95 latency, p50/p95 time to first token
-(streamed requests; a non-streamed request's first token is its whole answer), and failures.
+mixed prompts (counting and code) and output lengths, streamed and not, then stopped. With `--sampling mixed`
+every other pair of requests samples (temperature 0.8, top_p 0.95, a seed of its own) and the others are greedy.
+Reported per arm and concurrency: completion tokens per second over the wall time, p50/p95 latency, p50/p95 time
+to first token (streamed requests; a non-streamed request's first token is its whole answer), failures, and how
+many requests got the same text as when sent alone (the first arm's run at 1 client, the one-at-a-time server's
+where it ran): greedy requests must, and seeded ones too, since a seeded request's draws are its own.
 
     python scripts/load_test_serve.py                          # the full run (minutes)
     python scripts/load_test_serve.py --clients 1 2 --requests 4   # a smoke run
@@ -75,28 +78,36 @@ def wait_healthy(base_url: str, process: subprocess.Popen, timeout: float) -> No
 PROMPT_SETS = {"mixed": (COUNTING, CODE), "counting": (COUNTING,), "code": (CODE,)}
 
 
-def workload(requests: int, prompt_set: str = "mixed") -> list[dict]:
+SAMPLED = {"temperature": 0.8, "top_p": 0.95}
+
+
+def workload(requests: int, prompt_set: str = "mixed", sampling: str = "greedy") -> list[dict]:
     """Prompts of `prompt_set` (mixed: counting and code alternating), mixed output lengths, every other pair of
-    requests streamed."""
+    requests streamed; with `sampling` "mixed", requests 2-3 of every 4 sample, each with its own seed."""
     jobs, sets = [], PROMPT_SETS[prompt_set]
     for i in range(requests):
         prompts = sets[i % len(sets)]
         prompt = prompts[(i // len(sets)) % len(prompts)]
-        jobs.append({"prompt": prompt, "max_tokens": OUTPUT_LENGTHS[i % 4], "stream": i % 4 < 2})
+        job = {"prompt": prompt, "max_tokens": OUTPUT_LENGTHS[i % 4], "stream": i % 4 < 2}
+        if sampling == "mixed" and i % 4 in (1, 2):
+            job.update(SAMPLED, seed=1000 + i)
+        jobs.append(job)
     return jobs
 
 
 def send(client: httpx.Client, base_url: str, model: str, job: dict) -> dict:
     """One completion request: latency, time to first token, completion tokens (or the error)."""
-    body = {"model": model, "prompt": job["prompt"], "max_tokens": job["max_tokens"], "stream": job["stream"]}
+    body = {"model": model, **job}
     start = time.perf_counter()
     try:
         if not job["stream"]:
             response = client.post(f"{base_url}/v1/completions", json=body)
             response.raise_for_status()
             latency = time.perf_counter() - start
-            return {"latency": latency, "ttft": latency, "tokens": response.json()["usage"]["completion_tokens"]}
-        first, tokens = None, 0
+            answer = response.json()
+            tokens, text = answer["usage"]["completion_tokens"], answer["choices"][0]["text"]
+            return {"latency": latency, "ttft": latency, "tokens": tokens, "text": text}
+        first, tokens, text = None, 0, ""
         with client.stream("POST", f"{base_url}/v1/completions", json=body) as response:
             response.raise_for_status()
             for line in response.iter_lines():
@@ -105,12 +116,14 @@ def send(client: httpx.Client, base_url: str, model: str, job: dict) -> dict:
                 chunk = json.loads(line[6:])
                 if "error" in chunk:
                     raise RuntimeError(chunk["error"])
-                if first is None and any(choice.get("text") for choice in chunk.get("choices", [])):
+                pieces = "".join(choice.get("text") or "" for choice in chunk.get("choices", []))
+                if first is None and pieces:
                     first = time.perf_counter() - start
+                text += pieces
                 if chunk.get("usage"):
                     tokens = chunk["usage"]["completion_tokens"]
         latency = time.perf_counter() - start
-        return {"latency": latency, "ttft": first if first is not None else latency, "tokens": tokens}
+        return {"latency": latency, "ttft": first if first is not None else latency, "tokens": tokens, "text": text}
     except Exception as error:  # a failed request is counted, not fatal
         return {"error": f"{type(error).__name__}: {error}"}
 
@@ -120,8 +133,11 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))] if ordered else float("nan")
 
 
-def drive(base_url: str, model: str, clients: int, requests: int, timeout: float, prompt_set: str = "mixed") -> dict:
-    jobs = workload(requests, prompt_set)
+def drive(
+    base_url: str, model: str, clients: int, requests: int, timeout: float, prompt_set: str = "mixed",
+    sampling: str = "greedy",
+) -> dict:
+    jobs = workload(requests, prompt_set, sampling)
     with httpx.Client(timeout=timeout) as client, ThreadPoolExecutor(clients) as pool:
         start = time.perf_counter()
         results = list(pool.map(lambda job: send(client, base_url, model, job), jobs))
@@ -138,6 +154,7 @@ def drive(base_url: str, model: str, clients: int, requests: int, timeout: float
         "errors": len(errors),
         "first_error": errors[0] if errors else "",
         "wall_s": wall,
+        "texts": [r.get("text") for r in results],
     }
 
 
@@ -150,7 +167,7 @@ def run_arm(arm: str, args: argparse.Namespace) -> dict[int, dict]:
         wait_healthy(base_url, process, args.start_timeout)
         drive(base_url, args.model, 1, 2, args.timeout)  # warm-up: first-request loading and allocation
         return {
-            clients: drive(base_url, args.model, clients, args.requests, args.timeout, args.prompts)
+            clients: drive(base_url, args.model, clients, args.requests, args.timeout, args.prompts, args.sampling)
             for clients in args.clients
         }
     except (RuntimeError, TimeoutError) as error:
@@ -168,9 +185,9 @@ def run_arm(arm: str, args: argparse.Namespace) -> dict[int, dict]:
 def table(results: dict[str, dict[int, dict]], clients: list[int]) -> str:
     header = (
         "| clients | arm | tokens/s | vs sequential | p50 latency s | p95 latency s | p50 TTFT s | p95 TTFT s | "
-        "errors |\n|---|---|---|---|---|---|---|---|---|"
+        "errors | same text as alone |\n|---|---|---|---|---|---|---|---|---|---|"
     )
-    rows = []
+    rows, alone = [], alone_texts(results, clients)
     for count in clients:
         baseline = results.get("wedlm", {}).get(count, {}).get("tokens_per_s")
         for arm, by_clients in results.items():
@@ -180,9 +197,16 @@ def table(results: dict[str, dict[int, dict]], clients: list[int]) -> str:
             ratio = f"{r['tokens_per_s'] / baseline:.2f}x" if baseline else "-"
             rows.append(
                 f"| {count} | {ARMS[arm]} | {r['tokens_per_s']:.1f} | {ratio} | {r['p50_latency']:.3f} | "
-                f"{r['p95_latency']:.3f} | {r['p50_ttft']:.3f} | {r['p95_ttft']:.3f} | {r['errors']} |"
+                f"{r['p95_latency']:.3f} | {r['p50_ttft']:.3f} | {r['p95_ttft']:.3f} | {r['errors']} | "
+                f"{sum(a == b is not None for a, b in zip(r['texts'], alone))}/{len(alone)} |"
             )
     return "\n".join([header, *rows])
+
+
+def alone_texts(results: dict[str, dict[int, dict]], clients: list[int]) -> list[str | None]:
+    """Each request's text when sent alone: the one-at-a-time server's at the fewest clients, else the first arm's."""
+    arm = "wedlm" if results.get("wedlm") else next((arm for arm, runs in results.items() if runs), None)
+    return results[arm][min(clients)]["texts"] if arm else []
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,6 +220,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--prompts", default="mixed", choices=list(PROMPT_SETS), help="mixed: counting and code alternating"
     )
+    parser.add_argument(
+        "--sampling", default="greedy", choices=["greedy", "mixed"],
+        help="mixed: half the requests sample (temperature 0.8, top_p 0.95, a seed each), half are greedy",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--serve-ar-cb", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -203,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         serve_ar_continuous_batching(args.model, args.serve_ar_cb)
         return 0
     results = {arm: run_arm(arm, args) for arm in args.arms}
-    print(f"model: {args.model}; {args.requests} requests per level; prompts: {args.prompts}")
+    print(f"model: {args.model}; {args.requests} requests per level; prompts: {args.prompts}; sampling: {args.sampling}")
     print(table(results, args.clients))
     for arm, by_clients in results.items():
         for count, r in by_clients.items():

@@ -192,13 +192,14 @@ def local(model, seed: int | None = None, prompt: str = PROMPT, **options) -> st
 
 
 def test_temperature_above_zero_samples_and_a_seed_reproduces_the_sample(server):
-    """OpenAI's meaning on a greedy model: temperature 1.5 samples (each seed its own text, the one `generate`
-    draws after that seed), temperature 0 is greedy."""
+    """OpenAI's meaning on a greedy model: temperature 1.5 samples, with no top-k (each seed its own text, the one
+    `generate` draws after that seed with `top_k=0`; transformers' default would be 50), temperature 0 is greedy."""
     client, model, _ = server
     texts = [complete(client, temperature=1.5, seed=seed) for seed in (1, 2, 3)]
     assert len(set(texts)) == 3
     assert complete(client, temperature=1.5, seed=1) == texts[0]
-    assert texts == [local(model, seed, do_sample=True, temperature=1.5) for seed in (1, 2, 3)]
+    assert texts == [local(model, seed, do_sample=True, temperature=1.5, top_k=0) for seed in (1, 2, 3)]
+    assert texts != [local(model, seed, do_sample=True, temperature=1.5) for seed in (1, 2, 3)]
     assert complete(client, temperature=0) == complete(client) == local(model)
 
 

@@ -64,12 +64,15 @@ class SamplingParams:
 
     @classmethod
     def from_generation_config(cls, config: GenerationConfig, **overrides) -> "SamplingParams":
-        """A generation config's sampling (transformers' meaning: `do_sample` decides), then `overrides`."""
-        sample = bool(config.do_sample)
+        """A generation config's sampling as `generate()` reads it (`do_sample` decides; an unset field takes
+        transformers' default, so top-k is 50), then `overrides`."""
+        sample, defaults = bool(config.do_sample), GenerationConfig._get_default_generation_params()
+        value = {name: getattr(config, name) if getattr(config, name) is not None else defaults[name]
+                 for name in ("temperature", "top_p", "top_k")}
         values = {
-            "temperature": float(config.temperature if config.temperature is not None else 1.0) if sample else 0.0,
-            "top_p": float(config.top_p if config.top_p is not None and sample else 1.0),
-            "top_k": int(config.top_k or 0) if sample else 0,
+            "temperature": float(value["temperature"]) if sample else 0.0,
+            "top_p": float(value["top_p"]) if sample else 1.0,
+            "top_k": int(value["top_k"]) if sample else 0,
             "min_p": float(config.min_p or 0.0) if sample else 0.0,
             "repetition_penalty": float(config.repetition_penalty or 1.0),
         }

@@ -4,7 +4,8 @@ generation config transformers serve builds for it.
 transformers serve sets a request's `temperature` but leaves sampling to the config's `do_sample` (so on a greedy
 model every temperature is greedy), maps `frequency_penalty` to `repetition_penalty = 1 + x` (a multiplicative
 penalty on every token seen, prompt included), ignores `presence_penalty` and refuses `top_k`. Here:
-- `temperature` above 0 samples at that temperature and 0 is greedy; without it the server's config decides.
+- `temperature` above 0 samples at that temperature (with no top-k unless the request or the server sets one:
+  transformers would apply its default of 50) and 0 is greedy; without it the server's config decides.
 - `top_p`, `top_k` (0 or -1: none) and `min_p` shape sampling; a request that does not sample may send only their
   neutral values (anything else would change nothing, so it is refused naming the field).
 - `repetition_penalty` is transformers' (and vLLM's) multiplicative penalty.
@@ -57,6 +58,8 @@ def apply_request_fields(body: dict, config: GenerationConfig) -> None:
         config.do_sample = temperature > 0
         if temperature > 0:
             config.temperature = float(temperature)
+            if config.top_k is None:  # OpenAI's meaning: no top-k unless asked (`generate()` would apply 50)
+                config.top_k = 0
     for name, neutral in NEUTRAL.items():
         if name not in values:
             continue
