@@ -29,6 +29,7 @@ from ..generation.decoding import prepare_decoding, start_decoding
 from ..generation.loop import DecodeLoop, RowProgress, first_step
 from ..generation.pool import PoolBackend
 from ..generation.sampling import RowSampling, SamplingParams
+from ..generation.window import InputRow
 from .requests import GenerationRequest
 
 
@@ -116,10 +117,10 @@ class RunningBatch:
         """Each held row's new tokens after the first `reported[row]`, its finish reason and, once ended, stats."""
         return [] if self.loop is None else self.loop.progress(reported)
 
-    def cancel(self, rows: list[int]) -> None:
+    def cancel(self, rows: list[InputRow]) -> None:
         self.loop.cancel(rows)
 
-    def forget(self, rows: list[int]) -> None:
+    def forget(self, rows: list[InputRow]) -> None:
         """Drop ended rows `rows` (reported): the later rows move up; with none left, the loop goes."""
         self.loop.forget(rows)
         if self.rows == 0:

@@ -28,6 +28,7 @@ from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerB
 from ..generation.lossless import MaskTokenPredicted
 from ..generation.outputs import CANCELLED, ERROR
 from ..generation.sampling import SamplingParams
+from ..generation.window import InputRow
 from ..generation.validation import position_limit_error
 from .admission import AdmissionPolicy, FirstComeFirstServed
 from .batch import RunningBatch
@@ -75,7 +76,7 @@ class WeDLMScheduler:
         self.admission = admission or FirstComeFirstServed(max_batch_tokens)
         self.queue: deque[GenerationRequest] = deque()
         self.running: list[RequestState] = []
-        """The running requests; each one's row in the running batch is its index here."""
+        """The running requests; each one's input row (`InputRow`) in the running batch is its index here."""
         self.cancelled: set[str] = set()
 
     # ----- requests in -----
@@ -203,7 +204,7 @@ class WeDLMScheduler:
         self.queue.clear()
         return updates
 
-    def _fail_rows(self, rows: list[int], error: Exception) -> list[RequestUpdate]:
+    def _fail_rows(self, rows: list[InputRow], error: Exception) -> list[RequestUpdate]:
         """Fail the requests of rows `rows` alone: they leave the batch, and their rows are forgotten."""
         self.batch.cancel(rows)
         self.batch.forget(rows)

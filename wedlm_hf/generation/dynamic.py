@@ -13,7 +13,7 @@ from .attention import (
     window_forward,
 )
 from .cache import WeDLMCache
-from .window import Updates
+from .window import RunningRow, Updates
 
 
 class DynamicBackend:
@@ -38,7 +38,7 @@ class DynamicBackend:
         """Keep each row's first `committed` K/V of the last forward's window (`values`: `sync_values`, read)."""
         self.cache.commit(committed, *values)
 
-    def select_rows(self, index: torch.Tensor, kept: list[int]) -> None:
+    def select_rows(self, index: torch.Tensor, kept: list[RunningRow]) -> None:
         """Only running rows `kept` (`index` on the device) go on: every layer's K/V are index-selected."""
         self.cache.select_rows(index)
 

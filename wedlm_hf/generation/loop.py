@@ -20,7 +20,9 @@ import torch
 
 from .outputs import ENDED_BY, WeDLMStats
 from .record import OutputRecord
-from .window import Forward, StepPlan, Updates, WindowLayout, WindowState, feed_order, swap_in
+from .window import (
+    Forward, InputRow, RunningRow, StepPlan, Updates, WindowLayout, WindowState, feed_order, swap_in,
+)
 
 
 class StepPolicy(Protocol):
@@ -52,7 +54,7 @@ class ForwardBackend(Protocol):
 
     def commit(self, committed: torch.Tensor, values: list[int]) -> None: ...
 
-    def select_rows(self, index: torch.Tensor, kept: list[int]) -> None:
+    def select_rows(self, index: torch.Tensor, kept: list[RunningRow]) -> None:
         """Only running rows `kept` (`index`: the same on the device) go on."""
 
     def joined_rows(self, other: "ForwardBackend") -> Updates:
@@ -75,7 +77,7 @@ class StepSync:
     """The longest running window."""
     mask_columns: int
     """How many of the last fed columns hold mask slots in every running row."""
-    running: list[int]
+    running: list[RunningRow]
     """Indices (into the running rows) of the rows that go on."""
     cache_values: list[int]
     checks: list[int]
@@ -179,7 +181,7 @@ class DecodeLoop:
         self.kept: torch.Tensor | None = None
         """Per row, the K/V of the last forward's window to keep; applied at the next sync."""
 
-    def settle(self) -> list[int]:
+    def settle(self) -> list[RunningRow]:
         """Plan the next forward, read the host once, apply the last commit; return the indices (into the rows
         before) of the rows that go on, the others having left."""
         self.plan = self.policy.plan(self.state)
@@ -192,7 +194,7 @@ class DecodeLoop:
         self.policy.checked(sync.checks)
         return sync.running
 
-    def keep_rows(self, running: list[int]) -> None:
+    def keep_rows(self, running: list[RunningRow]) -> None:
         """Only rows `running` go on (the others finished, or were dropped); their totals are recorded first. The
         sync's width stays that of the rows before: wider than needed after a drop, which only feeds dead slots."""
         self.record.store_totals(self.state, {**self.state.counters(), **self.policy.counters()})
@@ -236,13 +238,13 @@ class DecodeLoop:
         swap_in(backend.joined_rows(self.backend))
         self.backend = backend
 
-    def cancel(self, rows: list[int]) -> None:
+    def cancel(self, rows: list[InputRow]) -> None:
         """End input rows `rows` now (a client cancelled them): they leave the running batch, recorded as cancelled."""
         running = self.state.rows.tolist()
         self.record.cancel(torch.tensor(rows, dtype=torch.long, device=self.state.rows.device))
         self.keep_rows([i for i, row in enumerate(running) if row not in rows])
 
-    def forget(self, rows: list[int]) -> None:
+    def forget(self, rows: list[InputRow]) -> None:
         """Drop ended input rows `rows` from the record (their output was read): the later rows move up."""
         gone = set(rows)
         moved = self.record.keep([row for row in range(self.record.sequences.shape[0]) if row not in gone])

@@ -33,7 +33,7 @@ from transformers.cache_utils import Cache, StaticLayer
 
 from .attention import additive_mask, window_attention_kwargs, window_forward
 from .cache import WeDLMCache
-from .window import Updates, swap_in
+from .window import RunningRow, Updates, swap_in
 
 GROWTH = 5 / 4
 GROWTH_COLUMNS = 64
@@ -173,7 +173,7 @@ class PoolBackend:
         if values:
             self.longest = values[0]
 
-    def select_rows(self, index: torch.Tensor, kept: list[int]) -> None:
+    def select_rows(self, index: torch.Tensor, kept: list[RunningRow]) -> None:
         """Only running rows `kept` (`index` on the device) go on; the others' pool rows are free, their K/V left
         where they are."""
         gone = torch.ones(len(self.pool_rows), dtype=torch.bool, device=index.device).index_fill_(0, index, False)

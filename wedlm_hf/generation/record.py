@@ -12,7 +12,7 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengt
 from transformers.generation.streamers import BaseStreamer
 
 from .outputs import CANCELLED, ENDED_BY, EOS, LENGTH, STOP, WeDLMGenerateOutput, WeDLMStats
-from .window import Updates, WindowLayout, WindowState
+from .window import InputRow, Updates, WindowLayout, WindowState
 
 BASE_TOTALS = ("forwards", "generated", "processed")
 """Totals every decode reports (`WindowState.counters()` and the step count); a policy may add its own."""
@@ -201,7 +201,7 @@ class OutputRecord:
         after = self.sequences.new_full((rows, discard - self.discard), self.pad_id)
         return torch.cat([before, self.sequences, after], dim=1)
 
-    def keep(self, rows: list[int]) -> torch.Tensor:
+    def keep(self, rows: list[InputRow]) -> torch.Tensor:
         """Forget every input row but `rows` (continuous batching: ended rows, once reported), the output columns
         narrowed to the kept rows' largest budget; returns each former row's new index, -1 for a forgotten one."""
         index = torch.tensor(rows, dtype=torch.long, device=self.sequences.device)

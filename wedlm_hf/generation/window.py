@@ -10,9 +10,15 @@ rows join (out of memory, say) leaves the running rows as they were, so it fails
 """
 
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, NewType
 
 import torch
+
+InputRow = NewType("InputRow", int)
+"""A row of the output record (what a caller handed in): fixed while the row is held."""
+RunningRow = NewType("RunningRow", int)
+"""A row's place among the rows still decoding (the first dimension of every per-row tensor): it moves whenever a
+row before it leaves. `WindowState.rows` maps running rows to input rows."""
 
 Updates = list[tuple[Any, dict[str, Any]]]
 """Attribute values a join built, per object they belong to; nothing is set until `swap_in`."""
