@@ -11,6 +11,7 @@ import wedlm_hf
 from test_continuous_batching import lone_generate, run_staggered, server_config
 from tiny_models import tiny_model
 from wedlm_hf.continuous import GenerationRequest, WeDLMScheduler
+from wedlm_hf.generation import fill
 from wedlm_hf.generation.draws import draw, keyed_uniforms
 from wedlm_hf.generation.sampling import OpenAIPenalties, SamplingParams
 
@@ -100,7 +101,7 @@ def test_draw_follows_the_distribution():
     """Inverse-CDF draws from keyed uniforms: frequencies match the probabilities; a zero-probability token never
     comes."""
     keys, forwards = torch.arange(40) * 7919, torch.arange(100)
-    uniform = torch.cat([keyed_uniforms(keys, torch.full_like(keys, f), 1, 3) for f in forwards]).flatten()
+    uniform = torch.cat([keyed_uniforms(keys, torch.full_like(keys, f), 1, torch.arange(3)) for f in forwards]).flatten()
     assert uniform.min() > 0 and uniform.max() < 1 and len(uniform.unique()) > 0.99 * len(uniform)
     probs = torch.tensor([[[0.5, 0.0, 0.2, 0.3]]]).expand(len(uniform), 1, 4)
     counts = torch.bincount(draw(probs, uniform[:, None]).flatten(), minlength=4) / len(uniform)
@@ -113,3 +114,13 @@ def test_draw_follows_the_distribution():
 def test_out_of_range_sampling_is_refused_naming_the_field(field, value):
     with pytest.raises(ValueError, match=f"`{field}`"):
         SamplingParams(**{field: value})
+
+
+@pytest.mark.parametrize("mode", MODES, ids=["plain", "lossless", "lossless+lookup"])
+def test_dense_and_compact_slot_scoring_draw_the_same_tokens(model, mode, monkeypatch):
+    """A device whose host reads stall scores every slot densely; the CPU scores the chosen slots only. Draws are
+    keyed on the slot, so both give the same tokens."""
+    config = server_config(model, **mode)
+    compact = decode(model, config, SAMPLED)
+    monkeypatch.setattr(fill, "HOST_READS_ARE_FREE", ())
+    assert decode(model, config, SAMPLED) == compact

@@ -21,6 +21,7 @@ from transformers import LogitsProcessorList
 from transformers.generation import logits_process as lp
 
 import wedlm_hf
+from wedlm_hf.generation import fill
 
 DRAWS = 48000
 """Lossless samples per setting, half per prompt."""
@@ -124,8 +125,17 @@ def _power(df: int, draws: int) -> float:
     return 0.5 * math.erfc((_critical(df) - mean) / sd / math.sqrt(2))
 
 
-@pytest.mark.parametrize("setting", list(SETTINGS))
-def test_lossless_sampling_has_the_models_distribution(setting):
+DENSE = ("top_p", "repetition_penalty+top_k")
+"""Settings also checked with every slot scored densely (the row-wise path `generate()` takes for these)."""
+
+
+@pytest.mark.parametrize(
+    "setting, scoring", [(name, "compact") for name in SETTINGS] + [(name, "dense") for name in DENSE]
+)
+def test_lossless_sampling_has_the_models_distribution(setting, scoring, monkeypatch):
+    """Drafts scored at the chosen slots (the CPU's way) or at every slot (an accelerator's: `fill.py`)."""
+    if scoring == "dense":
+        monkeypatch.setattr(fill, "HOST_READS_ARE_FREE", ())
     options = SETTINGS[setting]
     depth = 3 if options.get("top_k") == 2 else 2  # three tokens where two per step keep the cells few
     family = "llama" if setting == "top_p" else "wedlm"

@@ -33,12 +33,11 @@ def draw_key(generator: torch.Generator | None = None) -> int:
     return int(torch.randint(-(2**62), 2**62, (), generator=generator))
 
 
-def keyed_uniforms(keys: torch.Tensor, forward: torch.Tensor, purpose: int, count: int) -> torch.Tensor:
-    """(n, count) numbers in (0, 1), each a function of (`keys` (n,), the row's forward number `forward` (n,),
-    `purpose`, the index) and nothing else."""
+def keyed_uniforms(keys: torch.Tensor, forward: torch.Tensor, purpose: int, index: torch.Tensor) -> torch.Tensor:
+    """(n, m) numbers in (0, 1), each a function of (`keys` (n,), the row's forward number `forward` (n,),
+    `purpose`, its `index` (n, m) or (m,): a slot, a position) and nothing else."""
     base = _mix(keys + _GOLDEN * (forward * 4 + purpose + 1))
-    index = torch.arange(1, count + 1, device=base.device)
-    bits = _shift_right(_mix(base[:, None] + _GOLDEN * index), 40)  # 24 random bits: exact in float32
+    bits = _shift_right(_mix(base[:, None] + _GOLDEN * (index + 1)), 40)  # 24 random bits: exact in float32
     return (bits.float() + 0.5) / 2**24
 
 

@@ -14,6 +14,10 @@ from .settings import WeDLMSettings
 from .window import WindowLayout, WindowState
 
 
+HOST_READS_ARE_FREE = ("cpu",)
+"""Devices with no queue to stall: a host read costs there only its own time."""
+
+
 def gather_columns(logits: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
     """(rows, slots, vocab): each slot's logits row, `columns` (rows, slots) indexing `logits`' columns."""
     return logits.gather(1, columns[..., None].expand(-1, -1, logits.shape[-1]))
@@ -82,21 +86,40 @@ class SlotFiller:
         chosen: torch.Tensor,
         draft_probs: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`_choose_processed` for rows with their own sampling (`record.sampling`), dense over every slot: the
-        call's other processors (each slot with its row's committed context), then each row's penalties, warpers
-        and draw, with no host read."""
+        """`_choose_processed` for rows with their own sampling (`record.sampling`): the call's other processors
+        (each slot with its row's committed context), then each row's penalties, warpers and draw, densely over
+        every slot with no host read; but where a row samples on a device whose host reads are free
+        (`HOST_READS_ARE_FREE`), over the chosen slots alone (sorting every slot's vocabulary for top-p costs more
+        there than the read)."""
         sampling, record = self.record.sampling, self.record
-        scores = gather_columns(logits, columns).float()
-        if self.logits_processor:
-            slots = scores.shape[1]
-            rows = state.rows.repeat_interleave(slots)
-            context = record.committed_context(state).repeat_interleave(slots, dim=0)
-            scores = for_rows(self.logits_processor, rows)(context, scores.flatten(0, 1)).view_as(scores)
-        scores = sampling.processed(scores, state.rows, sampling.seen(record, state, scores.shape[-1]))
-        tokens, probs = sampling.choose(scores, state.rows, record.forward_numbers(state), FILL)
-        if draft_probs is not None and probs is not None:
-            draft_probs.copy_(torch.where(chosen[..., None], probs, draft_probs))
-        return tokens, scores if state.scores.keeps_scores else None
+        vocab_size = logits.shape[-1]
+        if sampling.any_sample and logits.device.type in HOST_READS_ARE_FREE:
+            rows, slots = chosen.nonzero(as_tuple=True)
+            scores, index = logits[rows, columns[rows, slots]].float()[:, None], slots[:, None]
+        else:
+            rows, slots = torch.arange(chosen.shape[0], device=chosen.device), None
+            scores, index = gather_columns(logits, columns).float(), None
+        if self.logits_processor and rows.numel():
+            processors = for_rows(self.logits_processor, state.rows[rows].repeat_interleave(scores.shape[1]))
+            context = record.committed_context(state)[rows].repeat_interleave(scores.shape[1], dim=0)
+            scores = processors(context, scores.flatten(0, 1)).view_as(scores)
+        seen = sampling.seen(record, state, vocab_size)
+        scores = sampling.processed(scores, state.rows[rows], None if seen is None else seen.of_rows(rows))
+        forward = record.forward_numbers(state)[rows]
+        tokens, probs = sampling.choose(scores, state.rows[rows], forward, FILL, index)
+        if slots is None:  # every slot scored
+            if draft_probs is not None and probs is not None:
+                draft_probs.copy_(torch.where(chosen[..., None], probs, draft_probs))
+            return tokens, scores if state.scores.keeps_scores else None
+        if draft_probs is not None:
+            draft_probs[rows, slots] = probs[:, 0]
+        placed = torch.full_like(columns, self.layout.mask_id)
+        placed[rows, slots] = tokens[:, 0]
+        slot_scores = None
+        if state.scores.keeps_scores:
+            slot_scores = scores.new_zeros(*columns.shape, vocab_size)
+            slot_scores[rows, slots] = scores[:, 0]
+        return placed, slot_scores
 
     def _choose_processed(
         self,

@@ -226,19 +226,26 @@ class RowSampling:
 
     # ----- draws -----
 
-    def uniforms(self, rows: torch.Tensor, forward: torch.Tensor, purpose: int, count: int) -> torch.Tensor:
-        """(n, count) numbers in (0, 1) for input rows `rows` at their own forward number `forward` (n,)."""
-        return keyed_uniforms(self.key[rows], forward, purpose, count)
+    def uniforms(
+        self, rows: torch.Tensor, forward: torch.Tensor, purpose: int, count: int, index: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """(n, count) numbers in (0, 1) for input rows `rows` at their own forward number `forward` (n,): those of
+        indices 0..count-1, or of `index` (n, count)."""
+        index = torch.arange(count, device=rows.device) if index is None else index
+        return keyed_uniforms(self.key[rows], forward, purpose, index)
 
-    def choose(self, scores: torch.Tensor, rows: torch.Tensor, forward: torch.Tensor, purpose: int
-               ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def choose(
+        self, scores: torch.Tensor, rows: torch.Tensor, forward: torch.Tensor, purpose: int,
+        index: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(n, k) tokens from processed `scores` (n, k, vocab): a sampling row's drawn from softmax(scores), a
-        greedy row's the argmax; and the distributions drawn from (None when no row samples)."""
+        greedy row's the argmax; and the distributions drawn from (None when no row samples). `index` (n, k):
+        which slots the k columns are (default 0..k-1), so a slot gets the same draw however it is reached."""
         greedy = scores.argmax(-1)
         if not self.any_sample:
             return greedy, None
         probs = scores.softmax(-1)
-        drawn = draw(probs, self.uniforms(rows, forward, purpose, scores.shape[1]))
+        drawn = draw(probs, self.uniforms(rows, forward, purpose, scores.shape[1], index))
         return torch.where(self.sample[rows][:, None], drawn, greedy), probs
 
 
@@ -249,6 +256,9 @@ class SeenTokens:
 
     context: torch.Tensor
     output: torch.Tensor
+
+    def of_rows(self, rows: torch.Tensor) -> "SeenTokens":
+        return SeenTokens(self.context[rows], self.output[rows])
 
     @classmethod
     def before(
