@@ -1,15 +1,16 @@
-"""`batch_generate`: many prompts through `model.generate` in length-bucketed batches, on one or many processes.
+"""`batch_generate`: many prompts on one or many processes, results arriving as rows end.
 
-Under `accelerate launch` each round hands one batch to each process (`PartialState.split_between_processes`) and
-`gather_object` brings the round's results to every process, so the main process can write them while the
-others go on. A tensor-parallel model (`tp_size` set) is one model spread over all processes: every process runs
-every batch instead.
+WeDLM decoding runs on the continuous-batching engine (engine.py: rows join and leave one running batch); other
+decoding (`decoding="ar"`), fixed shapes, per-token scores and tensor-parallel models go through `model.generate`
+in length-bucketed, left-padded batches (padded.py). Under `accelerate launch` each process decodes its share
+(`PartialState.split_between_processes`) and `gather_object` brings each round's results to every process, so the
+main process can write them while the others go on. A tensor-parallel model (`tp_size` set) is one model spread
+over all processes: every process runs every batch instead.
 """
 
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import nullcontext
-from typing import NamedTuple
 
 import torch
 from accelerate import PartialState
@@ -18,8 +19,10 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .checks import check_generation_settings
+from .engine import engine_rounds, runs_on_engine
 from .padded import generate_batch
-from .plan import encode, plan_batches
+from .plan import Batch, encode, plan_batches
+from .rounds import Round, Work
 from .rows import PromptRow, rows_from_items
 
 def batch_generate(
@@ -70,10 +73,32 @@ def generate_in_rounds(
     batches = plan_batches(rows, token_ids, batch_size, max_padded_tokens, new_tokens)
 
     state = process_state()
-    split = state.num_processes > 1 and getattr(model, "tp_size", None) is None
-    per_round = state.num_processes if split else 1
     bar = tqdm(total=len(rows), unit="row", disable=not (progress and state.is_main_process), dynamic_ncols=True)
     start, tokens, forwards = time.perf_counter(), 0, 0
+    if runs_on_engine(model, generate_kwargs, state):
+        steps = engine_rounds(
+            model, tokenizer, rows, token_ids, batch_size, max_padded_tokens, generate_kwargs, state
+        )
+    else:
+        batches = plan_batches(rows, token_ids, batch_size, max_padded_tokens, new_tokens)
+        steps = _padded_rounds(model, tokenizer, batches, generate_kwargs, state)
+    for finished, work in steps:
+        tokens += sum(w.tokens for w in work)
+        forwards += sum(w.forwards for w in work)
+        bar.update(len(finished))
+        bar.set_postfix(tok_s=f"{tokens / (time.perf_counter() - start):.1f}", tok_fwd=f"{tokens / max(forwards, 1):.2f}")
+        yield Round(finished, work)
+    bar.close()
+
+
+def _padded_rounds(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, batches: list[Batch], generate_kwargs: dict,
+    state: PartialState,
+) -> Iterator[Round]:
+    """Left-padded `generate` calls: per round one batch per process (a tensor-parallel model: every process runs
+    every batch)."""
+    split = state.num_processes > 1 and getattr(model, "tp_size", None) is None
+    per_round = state.num_processes if split else 1
     for first in range(0, len(batches), per_round):
         in_round = batches[first : first + per_round]
         with state.split_between_processes(in_round) if split else nullcontext(in_round) as mine:
@@ -84,12 +109,7 @@ def generate_in_rounds(
                 work = [Work(state.process_index, len(batch_results), batch_tokens, batch_forwards)]
         if split:
             finished, work = gather_object(finished), gather_object(work)
-        tokens += sum(w.tokens for w in work)
-        forwards += sum(w.forwards for w in work)
-        bar.update(len(finished))
-        bar.set_postfix(tok_s=f"{tokens / (time.perf_counter() - start):.1f}", tok_fwd=f"{tokens / max(forwards, 1):.2f}")
         yield Round(finished, work)
-    bar.close()
 
 
 def process_state() -> PartialState:
@@ -100,18 +120,3 @@ def process_state() -> PartialState:
     """
     has_accelerator = torch.accelerator.is_available() if hasattr(torch, "accelerator") else torch.cuda.is_available()
     return PartialState(cpu=not has_accelerator)
-
-
-class Work(NamedTuple):
-    """What one process did in a round (model forwards: batched calls, each counted once)."""
-
-    process: int
-    rows: int
-    tokens: int
-    forwards: int
-
-
-class Round(NamedTuple):
-    results: list[tuple[int, dict]]
-    """`(row index, result)` of every row finished in the round, on all processes."""
-    work: list[Work]

@@ -9,9 +9,10 @@ in.
 import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
-from ..generation.outputs import EOS, LENGTH, STOP
-from .padding import left_padded
+from ..generation.outputs import EOS, LENGTH, STOP, WeDLMStats
+from ..continuous.padding import left_padded
 from .plan import Batch
+from .rows import PromptRow
 
 
 def generate_batch(
@@ -40,19 +41,32 @@ def generate_batch(
     for i, row in enumerate(batch.rows):
         length = stats.generated[i] if stats is not None else _ar_length(new[i], eos_ids, pad_id, stop_strings)
         tokens = new[i][:length]
-        text = tokenizer.decode(tokens, skip_special_tokens=True)
         reason = stats.finish_reasons[i] if stats is not None else ar_finish_reason(tokens, eos_ids, max_new_tokens)
-        row_stats = {"prompt_tokens": len(batch.token_ids[i]), "tokens": length}
-        if stats is not None:
-            row_stats["forwards"] = stats.forwards[i]
-            row_stats["tokens_per_forward"] = round(stats.tokens_per_forward[i], 3)
-            if stats.drafted is not None:
-                row_stats["drafted"], row_stats["accepted"] = stats.drafted[i], stats.accepted[i]
-        result = {"id": row.id, "continuation": text, "finish_reason": reason, "stats": row_stats}
-        results.append((row.index, result))
+        results.append((row.index, result_entry(tokenizer, row, tokens, reason, len(batch.token_ids[i]), stats, i)))
         total_tokens += length
     forwards = stats.model_calls if stats is not None else len(new[0])
     return results, total_tokens, forwards
+
+
+def result_entry(
+    tokenizer: PreTrainedTokenizerBase,
+    row: PromptRow,
+    tokens: list[int],
+    finish_reason: str,
+    prompt_tokens: int,
+    stats: WeDLMStats | None,
+    position: int,
+) -> dict:
+    """A row's line of the output: its id, text, finish reason and statistics (WeDLM's at `position` of `stats`,
+    the call's)."""
+    row_stats = {"prompt_tokens": prompt_tokens, "tokens": len(tokens)}
+    if stats is not None:
+        row_stats["forwards"] = stats.forwards[position]
+        row_stats["tokens_per_forward"] = round(stats.tokens_per_forward[position], 3)
+        if stats.drafted is not None:
+            row_stats["drafted"], row_stats["accepted"] = stats.drafted[position], stats.accepted[position]
+    text = tokenizer.decode(tokens, skip_special_tokens=True)
+    return {"id": row.id, "continuation": text, "finish_reason": finish_reason, "stats": row_stats}
 
 
 def eos_token_ids(tokenizer: PreTrainedTokenizerBase, config: GenerationConfig) -> list[int]:

@@ -23,7 +23,7 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteriaList
 from transformers import StopStringCriteria
 
-from ..batch.padding import left_padded
+from .padding import left_padded
 from ..generation.attention import MASK_IMPLEMENTATIONS
 from ..generation.decoding import prepare_decoding, start_decoding
 from ..generation.loop import DecodeLoop, RowProgress, first_step
