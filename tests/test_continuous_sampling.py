@@ -124,3 +124,20 @@ def test_dense_and_compact_slot_scoring_draw_the_same_tokens(model, mode, monkey
     compact = decode(model, config, SAMPLED)
     monkeypatch.setattr(fill, "HOST_READS_ARE_FREE", ())
     assert decode(model, config, SAMPLED) == compact
+
+
+@pytest.mark.parametrize("mode", MODES[:2], ids=["plain", "lossless"])
+def test_logit_bias_is_each_requests_own(model, mode):
+    """A request's logit bias equals its lone `generate(sequence_bias=...)`; the request beside it, without one,
+    its lone greedy run."""
+    config = server_config(model, **mode)
+    plain, _ = lone_generate(model, PROMPTS[0], BUDGET, config, do_sample=False)
+    favoured = (plain[0] + 1) % 40  # the tiny model's vocabulary starts with ordinary tokens
+    biased = SamplingParams(logit_bias=((favoured, 9.0), (plain[0], -50.0)))
+    results = decode(model, config, [biased, SamplingParams()])
+    tokens, _ = lone_generate(
+        model, PROMPTS[0], BUDGET, config, do_sample=False, sequence_bias={(favoured,): 9.0, (plain[0],): -50.0}
+    )
+    assert results[0] == tokens != plain and results[1] == lone_generate(model, PROMPTS[1], BUDGET, config)[0]
+    with pytest.raises(ValueError, match="`logit_bias`"):
+        SamplingParams(logit_bias=((3, 101.0),))

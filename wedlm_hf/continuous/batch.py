@@ -150,4 +150,6 @@ def shared_sampling(config: GenerationConfig) -> SamplingParams:
     sampling = SamplingParams.from_generation_config(config)
     config.do_sample = False
     config.temperature = config.top_k = config.top_p = config.min_p = config.repetition_penalty = None
+    longer = {key: value for key, value in (config.sequence_bias or {}).items() if len(key) > 1}
+    config.sequence_bias = longer or None  # the single-token ones are each row's logit bias
     return sampling

@@ -106,6 +106,8 @@ class WeDLMScheduler:
             )
         if request.sampling is not None and not isinstance(request.sampling, SamplingParams):
             raise ValueError(f"`sampling` must be a SamplingParams, got {type(request.sampling).__name__}.")
+        if request.sampling is not None and any(token >= vocab_size for token, _ in request.sampling.logit_bias):
+            raise ValueError(f"`logit_bias` token ids must be in [0, {vocab_size}).")
         if request.stop_strings and self.tokenizer is None:
             raise ValueError("`stop_strings` need the tokenizer: build the scheduler with `tokenizer=`.")
 

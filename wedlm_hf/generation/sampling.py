@@ -32,7 +32,8 @@ tests, the token after the verified ones."""
 class SamplingParams:
     """One request's sampling, as OpenAI and vLLM read it: temperature 0 is greedy, `top_k` 0 and `top_p` 1 and
     `min_p` 0 are off; `repetition_penalty` is transformers' (every token seen, prompt included);
-    `frequency_penalty` / `presence_penalty` are OpenAI's (logit -= f * count + p * [count > 0], over the output)."""
+    `frequency_penalty` / `presence_penalty` are OpenAI's (logit -= f * count + p * [count > 0], over the output);
+    `logit_bias` (token id, bias) pairs are added to the logits first (OpenAI's, in [-100, 100])."""
 
     temperature: float = 0.0
     top_p: float = 1.0
@@ -42,6 +43,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     seed: int | None = None
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self):
         checks = {
@@ -53,6 +55,7 @@ class SamplingParams:
             "frequency_penalty": -2 <= self.frequency_penalty <= 2,
             "presence_penalty": -2 <= self.presence_penalty <= 2,
             "seed": self.seed is None or isinstance(self.seed, int),
+            "logit_bias": all(isinstance(t, int) and t >= 0 and -100 <= b <= 100 for t, b in self.logit_bias),
         }
         for name, valid in checks.items():
             if not valid:
@@ -65,7 +68,8 @@ class SamplingParams:
     @classmethod
     def from_generation_config(cls, config: GenerationConfig, **overrides) -> "SamplingParams":
         """A generation config's sampling as `generate()` reads it (`do_sample` decides; an unset field takes
-        transformers' default, so top-k is 50), then `overrides`."""
+        transformers' default, so top-k is 50; single-token `sequence_bias` entries are the logit bias), then
+        `overrides`."""
         sample, defaults = bool(config.do_sample), GenerationConfig._get_default_generation_params()
         value = {name: getattr(config, name) if getattr(config, name) is not None else defaults[name]
                  for name in ("temperature", "top_p", "top_k")}
@@ -76,6 +80,8 @@ class SamplingParams:
             "min_p": float(config.min_p or 0.0) if sample else 0.0,
             "repetition_penalty": float(config.repetition_penalty or 1.0),
         }
+        bias = config.sequence_bias or {}
+        values["logit_bias"] = tuple((int(key[0]), float(value)) for key, value in bias.items() if len(key) == 1)
         return cls(**{**values, **overrides})
 
 
@@ -104,7 +110,10 @@ class RowSampling:
         """Rows are requests of their own (continuous batching), not one `generate()` call's: left padding is not
         a seen token (it would be in transformers' batched `generate()`), and rows that join later may sample, so
         the loop keeps the sampling structure even while every row is greedy."""
-        column = {f.name: [getattr(p, f.name) for p in params] for f in fields(SamplingParams) if f.name != "seed"}
+        column = {
+            f.name: [getattr(p, f.name) for p in params] for f in fields(SamplingParams)
+            if f.name not in ("seed", "logit_bias")
+        }
         as_float = {name: torch.tensor(v, dtype=torch.float32, device=device) for name, v in column.items()}
         self.sample = as_float["temperature"] > 0
         self.temperature = torch.where(self.sample, as_float["temperature"], 1.0)
@@ -120,6 +129,8 @@ class RowSampling:
         self.any_top_p = any(p.top_p < 1 and p.do_sample for p in params)
         self.any_min_p = any(p.min_p > 0 and p.do_sample for p in params)
         self.may_sample = self.any_sample or of_requests
+        self.biases = [(row, token, bias) for row, p in enumerate(params) for token, bias in p.logit_bias]
+        self._bias: torch.Tensor | None = None
         self.counted_from: torch.Tensor | None = None
         """Per input row of a `generate()` call, the first column the repetition penalty counts (its padding and
         any `prompt_ignore_length` before it); rows of requests count from their first prompt token."""
@@ -195,6 +206,8 @@ class RowSampling:
     def processed(self, scores: torch.Tensor, rows: torch.Tensor, seen: "SeenTokens | None") -> torch.Tensor:
         """(n, positions, vocab) float scores of input rows `rows` (n,) through each row's penalties (`seen`: the
         tokens before each position) and, for sampling rows, its warpers; greedy rows keep the penalised scores."""
+        if self.biases:
+            scores = scores + self.bias(scores.shape[-1])[rows][:, None]
         if seen is not None and self.any_repetition:
             penalty = self.repetition[rows][:, None, None]
             penalised = torch.where(scores < 0, scores * penalty, scores / penalty)
@@ -223,6 +236,15 @@ class RowSampling:
             floor = self.min_p[rows][:, None, None] * probs.amax(-1, keepdim=True)
             warped = warped.masked_fill(probs < floor, -float("inf"))
         return torch.where(sample, warped, scores)
+
+    def bias(self, vocab_size: int) -> torch.Tensor:
+        """(rows, vocab) each row's `logit_bias`, dense (built once)."""
+        if self._bias is None:
+            rows, tokens, biases = zip(*self.biases)
+            self._bias = torch.zeros(len(self.params), vocab_size, device=self.device)
+            index = (torch.tensor(rows, device=self.device), torch.tensor(tokens, device=self.device))
+            self._bias.index_put_(index, torch.tensor(biases, device=self.device))
+        return self._bias
 
     # ----- draws -----
 

@@ -5,7 +5,7 @@ OpenAI API stay transformers' own.
 
 Per request: the prompt, `max_tokens` (not sent: as many as fit the model's positions), `stop` strings, its
 sampling with OpenAI's meaning (requests.py: temperature, top_p, top_k, min_p, repetition, frequency and presence
-penalties, seed; a seeded request's text does not depend on what else is decoding), streaming and cancellation (a
+penalties, logit_bias, seed; a seeded request's text does not depend on what else is decoding), streaming and cancellation (a
 client that disconnects mid-stream frees its row at the next step). Shared by every request: other logits
 processors, EOS and the WeDLM settings, i.e. the model's generation config as `wedlm-hf serve` set it; a request
 that asks for other values of those is refused (HTTP 400, naming the request's fields) rather than silently served
@@ -26,7 +26,7 @@ from .requests import CARRIED, FIELDS
 
 PER_REQUEST = {
     "max_new_tokens", "max_length", "stop_strings", "use_cache", "transformers_version",
-    "do_sample", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", *CARRIED,
+    "do_sample", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "sequence_bias", *CARRIED,
 }
 """Generation config fields a request may set (transformers serve sets `use_cache=False` for CB itself)."""
 SAMPLING_ONLY = {"typical_p", "epsilon_cutoff", "eta_cutoff"}
