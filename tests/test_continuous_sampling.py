@@ -13,7 +13,8 @@ from tiny_models import tiny_model
 from wedlm_hf.continuous import GenerationRequest, WeDLMScheduler
 from wedlm_hf.generation import fill
 from wedlm_hf.generation.draws import draw, keyed_uniforms
-from wedlm_hf.generation.sampling import OpenAIPenalties, SamplingParams
+from wedlm_hf.generation.penalties import OpenAIPenalties
+from wedlm_hf.generation.sampling import SamplingParams
 
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], [20, 21, 22, 23, 24, 25, 26, 27, 28], [30, 31], [40, 41, 42, 43], [50, 3]]
 BUDGET = 14

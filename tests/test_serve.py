@@ -18,7 +18,7 @@ from local_server import free_port, start_server
 openai = pytest.importorskip("openai", reason="the serve extra is not installed: pip install 'wedlm-hf[serve]'")
 serving = pytest.importorskip("wedlm_hf.serving", exc_type=ImportError)  # says which transformers it needs
 
-from wedlm_hf.generation.sampling import OpenAIPenalties  # noqa: E402
+from wedlm_hf.generation.penalties import OpenAIPenalties  # noqa: E402
 
 PROMPT = "1, 2, 3, 4,"
 HOOKED = [(transformers, "WeDLMForCausalLM"), (model_manager, "ModelManager"), (serving_utils, "GenerationState")]

@@ -27,6 +27,11 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--max-batch-tokens", type=int, default=None,
         help="most prompt + max_tokens tokens summed over the batch (default: no bound but the batch size)",
     )
+    batching.add_argument(
+        "--draft-history", type=int, default=None, metavar="TOKENS",
+        help="with --lossless: also draft from the last TOKENS tokens of earlier requests' prompts and outputs "
+        "(repetitive workloads)",
+    )
     wedlm = parser.add_argument_group("WeDLM parameters (set on the model's generation config, for every request)")
     add_wedlm_arguments(wedlm, wedlm.add_mutually_exclusive_group(), also=SERVE)
     parser.set_defaults(run=run)
@@ -37,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
     from wedlm_hf.serving import serve
 
     defaults = wedlm_keywords(args)  # an option not given is left to the model's generation config
+    if args.draft_history is not None and not args.continuous_batching:
+        raise ValueError("--draft-history drafts from the requests continuous batching answered: add --continuous-batching")
     if args.device != "auto":
         resolve_device(args.device)  # a device this machine lacks is one line now, not a traceback per request
     serve(
@@ -47,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
         announce=lambda: print(f"serving on http://{args.host}:{args.port}/v1 (OpenAI API); Ctrl-C stops", flush=True),
         generation_defaults=defaults,
         batching=(
-            {"max_batch_size": args.max_batch_size, "max_batch_tokens": args.max_batch_tokens}
+            {"max_batch_size": args.max_batch_size, "max_batch_tokens": args.max_batch_tokens,
+             "draft_history": args.draft_history}
             if args.continuous_batching else None
         ),
         device=args.device,

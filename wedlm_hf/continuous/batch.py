@@ -23,6 +23,7 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteriaList
 from transformers import StopStringCriteria
 
+from .history import RequestHistory
 from .padding import left_padded
 from ..generation.attention import MASK_IMPLEMENTATIONS
 from ..generation.decoding import prepare_decoding, start_decoding
@@ -42,6 +43,7 @@ class RunningBatch:
         tokenizer: PreTrainedTokenizerBase | None,
         max_batch_size: int,
         kv_pool: bool | None = None,
+        history: RequestHistory | None = None,
     ):
         self.model, self.tokenizer = model, tokenizer
         self.config = config = copy.deepcopy(generation_config or model.generation_config)
@@ -49,6 +51,12 @@ class RunningBatch:
         self.device = device = model.device
         self.setup = setup = prepare_decoding(model, config, device=device)
         self.settings, self.layout, self.pad_id = setup.settings, setup.layout, setup.pad_id
+        self.history = history
+        if history is not None and not self.settings.lossless:
+            raise ValueError(
+                "`draft_history` drafts from earlier requests for lossless decoding to verify; turn lossless on "
+                "(`wedlm_lossless=True`, serve's --lossless) or drop it."
+            )
         if self.settings.static:
             raise ValueError("`wedlm_static=True` preallocates a fixed batch, so requests cannot join it; drop it.")
         if config.output_scores or config.output_logits:
@@ -97,7 +105,7 @@ class RunningBatch:
         padded = any(len(request.input_ids) < input_ids.shape[1] for request in group)
         loop = start_decoding(
             self.model, input_ids, mask, padded, torch.tensor(budgets, device=self.device), self.setup, self.config,
-            record,
+            record, self.history,
         )
         first_step(loop)
         if self.loop is not None:

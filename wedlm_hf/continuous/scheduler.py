@@ -32,6 +32,7 @@ from ..generation.window import InputRow
 from ..generation.validation import position_limit_error
 from .admission import AdmissionPolicy, FirstComeFirstServed
 from .batch import RunningBatch
+from .history import RequestHistory
 from .requests import GenerationRequest, RequestResult, RequestUpdate
 
 
@@ -51,7 +52,9 @@ class WeDLMScheduler:
 
     `max_sequence_length` bounds a request's prompt plus max_new_tokens (default: the model's positions); given,
     the K/V pool reserves that many columns per row up front, else it grows with the longest running row.
-    `kv_pool=False` keeps the running rows' K/V in one growing cache instead of the pool (batch.py)."""
+    `kv_pool=False` keeps the running rows' K/V in one growing cache instead of the pool (batch.py).
+    `draft_history` (tokens; lossless decoding only) keeps the prompts and outputs of ended requests, newest first,
+    for drafting the next ones (history.py), for workloads that repeat themselves."""
 
     def __init__(
         self,
@@ -64,13 +67,17 @@ class WeDLMScheduler:
         tokenizer: PreTrainedTokenizerBase | None = None,
         admission: AdmissionPolicy | None = None,
         kv_pool: bool | None = None,
+        draft_history: int | None = None,
     ):
         if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or max_batch_size < 1:
             raise ValueError(f"`max_batch_size` must be an integer >= 1, got {max_batch_size!r}.")
         if kv_pool not in (None, True, False):
             raise ValueError(f"`kv_pool` must be True, False or None (a pool where attention allows), got {kv_pool!r}.")
         self.model, self.tokenizer = model, tokenizer
-        self.batch = RunningBatch(model, generation_config, max_sequence_length, tokenizer, max_batch_size, kv_pool)
+        self.history = RequestHistory(draft_history, model.device) if draft_history else None
+        self.batch = RunningBatch(
+            model, generation_config, max_sequence_length, tokenizer, max_batch_size, kv_pool, self.history
+        )
         self.max_sequence_length = self.batch.max_sequence_length
         self.max_batch_size, self.max_batch_tokens = max_batch_size, max_batch_tokens
         self.admission = admission or FirstComeFirstServed(max_batch_tokens)
@@ -190,6 +197,8 @@ class WeDLMScheduler:
             if progress.finish_reason:
                 result = held.result(progress.finish_reason, progress.stats)
                 ended.append(row)
+                if self.history is not None:
+                    self.history.add(held.request.input_ids, held.tokens)
             if progress.tokens or result is not None:
                 updates.append(RequestUpdate(held.request.request_id, progress.tokens, result))
         if ended:

@@ -20,7 +20,7 @@ from transformers.generation.streamers import BaseStreamer
 from .dynamic import DynamicBackend
 from .fill import SlotFiller
 from .lossless import LosslessPolicy
-from .lookup import PromptLookup
+from .lookup import PromptLookup, TokenHistory
 from .loop import DecodeLoop, run
 from .outputs import WeDLMGenerateOutput
 from .plain import PlainPolicy
@@ -169,9 +169,11 @@ def start_decoding(
     setup: DecodingSetup,
     generation_config: GenerationConfig,
     record: OutputRecord,
+    history: TokenHistory | None = None,
 ) -> DecodeLoop:
     """The loop over (left-padded) `input_ids`, before its first step: first windows, the step policy the settings
-    pick and the dynamic backend (which feeds the prompt), writing to `record`; `max_new_tokens` per row."""
+    pick and the dynamic backend (which feeds the prompt), writing to `record`; `max_new_tokens` per row. With a
+    `history`, lossless mode also drafts from those texts (prompt lookup's search, turned on)."""
     settings, layout, logits_processor = setup.settings, setup.layout, setup.processors
     state = _first_window(input_ids, mask, layout, tuple(record.token_scores), setup.vocab_size, max_new_tokens)
     if record.sampling is None:  # `generate()`: the call's processors, densely where they allow it
@@ -187,8 +189,8 @@ def start_decoding(
         verifier = Verifier(logits_processor, record, do_sample)
         adaptive = settings.draft_schedule == "adaptive"
         lookup = None
-        if settings.prompt_lookup:
-            lookup = PromptLookup(settings.prompt_lookup_ngram, settings.prompt_lookup_tokens)
+        if settings.prompt_lookup or history is not None:
+            lookup = PromptLookup(settings.prompt_lookup_ngram, settings.prompt_lookup_tokens, history)
         policy = LosslessPolicy(layout, record, filler, state, adaptive, verifier, lookup)
     else:
         policy = PlainPolicy(layout, record, filler, blockwise=settings.blockwise)

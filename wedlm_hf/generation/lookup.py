@@ -4,15 +4,26 @@ output, the tokens that followed them there are likely to follow again (editing 
 Lossless mode verifies these drafts like any other (`lossless.py`); under sampling a lookup draft is a proposal
 of probability 1 (q is one-hot), which speculative sampling accepts with probability p(token). One search serves
 every row: the n-grams of the ids tensor (`unfold`) compared with each row's last n-gram, the latest earlier match
-taken, no per-row loop.
+taken, no per-row loop. With a history (`TokenHistory`: the texts of requests a server answered before, as
+vLLM's suffix drafts and SuffixDecoding use them), its n-grams are searched the same way, for repetitive
+workloads.
 """
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
 from .record import OutputRecord
 from .window import WindowLayout, WindowState
+
+
+class TokenHistory(Protocol):
+    """Text other than the row's own that drafts may come from (continuous batching: the requests answered
+    before, `continuous/history.py`)."""
+
+    tokens: torch.Tensor
+    """(n,) token ids, each earlier text followed by -1 (a separator no n-gram matches across)."""
 
 
 @dataclass(frozen=True)
@@ -21,6 +32,9 @@ class PromptLookup:
     """The longest n-gram tried: the row's last `ngram` tokens (ending in its certain token), else fewer."""
     tokens: int
     """The most tokens a match drafts."""
+    history: TokenHistory | None = None
+    """Earlier texts searched too: at each n-gram size after the row's own context, so the longest match wins
+    and the row's own text wins a tie."""
 
     def continuation(self, record: OutputRecord, state: WindowState) -> tuple[torch.Tensor, torch.Tensor]:
         """Per row, the (rows, tokens) tokens that followed the latest earlier occurrence of its last n-gram (the
@@ -33,22 +47,34 @@ class PromptLookup:
         ids = record.sequences[state.rows[:, None], columns.clamp(max=record.sequences.shape[1] - 1)[None]]
         ids = ids.scatter(1, end[:, None], state.window[:, :1])
         first = record.prompt_length - state.first_position  # the first real column (after the left padding)
-        found = torch.zeros_like(end, dtype=torch.bool)
+        corpus = None if self.history is None else self.history.tokens.to(device)
+        found, from_history = torch.zeros_like(end, dtype=torch.bool), torch.zeros_like(end, dtype=torch.bool)
         source = torch.zeros_like(end)
         for size in range(min(self.ngram, width - 1), 0, -1):  # the longest match, as transformers' lookup does
             last_gram = ids.gather(1, (end[:, None] - size + 1 + torch.arange(size, device=device)).clamp(min=0))
+            has_gram = end - size + 1 >= first  # the row has `size` real tokens
             grams = ids.unfold(1, size, 1)  # (rows, width - size + 1, size): the n-gram starting at each column
             starts = columns[: grams.shape[1]]
             matches = (grams == last_gram[:, None]).all(-1)
             matches &= (starts >= first[:, None]) & (starts + size <= end[:, None])  # real tokens, strictly earlier
-            matches &= (end - size + 1 >= first)[:, None]  # the row has `size` real tokens
-            latest = torch.where(matches, starts, -1).amax(1)
-            source = torch.where(found, source, latest + size)
+            matches &= has_gram[:, None]
+            source = torch.where(found, source, torch.where(matches, starts, -1).amax(1) + size)
             found |= matches.any(1)
-        count = torch.minimum(end + 1 - source, torch.full_like(end, self.tokens)).masked_fill(~found, 0)
+            if corpus is not None and corpus.numel() >= size:
+                earlier = (corpus.unfold(0, size, 1)[None] == last_gram[:, None]).all(-1) & has_gram[:, None]
+                latest = torch.where(earlier, torch.arange(earlier.shape[1], device=device), -1).amax(1) + size
+                taken = ~found & earlier.any(1)
+                source, from_history, found = torch.where(taken, latest, source), from_history | taken, found | taken
         offsets = torch.arange(self.tokens, device=device)
         tokens = ids.gather(1, (source[:, None] + offsets).clamp(min=0, max=width - 1))
-        return tokens, count
+        count = torch.minimum(end + 1 - source, torch.full_like(end, self.tokens))
+        if corpus is not None and corpus.numel():
+            told = corpus[(source[:, None] + offsets).clamp(max=corpus.numel() - 1)]
+            told = told.masked_fill(source[:, None] + offsets >= corpus.numel(), -1)
+            in_text = (told >= 0).int().cumprod(1)  # up to the end of that earlier text
+            tokens = torch.where(from_history[:, None], told.clamp(min=0), tokens)
+            count = torch.where(from_history, in_text.sum(1), count)
+        return tokens, count.masked_fill(~found, 0)
 
     def draft(
         self,

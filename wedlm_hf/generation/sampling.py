@@ -17,10 +17,11 @@ Greedy rows take the argmax of their processed scores (penalties only), exactly 
 from dataclasses import dataclass, fields
 
 import torch
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+from transformers import GenerationConfig, LogitsProcessorList
 from transformers.generation import logits_process as lp
 
 from .draws import draw, draw_key, keyed_uniforms, row_key
+from .penalties import SeenTokens
 from .window import Updates
 
 FILL, ACCEPT, NEXT = 0, 1, 2
@@ -83,19 +84,6 @@ class SamplingParams:
         bias = config.sequence_bias or {}
         values["logit_bias"] = tuple((int(key[0]), float(value)) for key, value in bias.items() if len(key) == 1)
         return cls(**{**values, **overrides})
-
-
-class OpenAIPenalties(LogitsProcessor):
-    """OpenAI's frequency and presence penalties: logit[t] -= frequency * count(t) + presence * [count(t) > 0],
-    over the tokens after the first `prompt_length` (the output so far)."""
-
-    def __init__(self, prompt_length: int, frequency: float, presence: float):
-        self.prompt_length, self.frequency, self.presence = prompt_length, frequency, presence
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        output = input_ids[:, self.prompt_length :]
-        counts = torch.zeros_like(scores).scatter_add_(1, output, torch.ones_like(output, dtype=scores.dtype))
-        return scores - self.frequency * counts - self.presence * (counts > 0).to(scores.dtype)
 
 
 class RowSampling:
@@ -189,7 +177,7 @@ class RowSampling:
 
     # ----- scores -----
 
-    def seen(self, record, state, vocab_size: int, drafts: torch.Tensor | None = None) -> "SeenTokens | None":
+    def seen(self, record, state, vocab_size: int, drafts: torch.Tensor | None = None) -> SeenTokens | None:
         """What the running rows' penalties read (`SeenTokens`), or None when no row has a penalty. `record` and
         `state`: the loop's output record and window state."""
         if not (self.any_repetition or self.any_openai):
@@ -203,7 +191,7 @@ class RowSampling:
             record.prompt_length + state.generated, first_real, drafts,
         )
 
-    def processed(self, scores: torch.Tensor, rows: torch.Tensor, seen: "SeenTokens | None") -> torch.Tensor:
+    def processed(self, scores: torch.Tensor, rows: torch.Tensor, seen: SeenTokens | None) -> torch.Tensor:
         """(n, positions, vocab) float scores of input rows `rows` (n,) through each row's penalties (`seen`: the
         tokens before each position) and, for sampling rows, its warpers; greedy rows keep the penalised scores."""
         if self.biases:
@@ -269,35 +257,3 @@ class RowSampling:
         probs = scores.softmax(-1)
         drawn = draw(probs, self.uniforms(rows, forward, purpose, scores.shape[1], index))
         return torch.where(self.sample[rows][:, None], drawn, greedy), probs
-
-
-@dataclass
-class SeenTokens:
-    """What the penalties read at each scored position: counts (n, positions, vocab) of the tokens before it,
-    prompt and output (`context`, repetition penalty) and output only (`output`, OpenAI's penalties)."""
-
-    context: torch.Tensor
-    output: torch.Tensor
-
-    def of_rows(self, rows: torch.Tensor) -> "SeenTokens":
-        return SeenTokens(self.context[rows], self.output[rows])
-
-    @classmethod
-    def before(
-        cls, sequences: torch.Tensor, vocab_size: int, prompt_length: int, committed: torch.Tensor,
-        first_real: torch.Tensor, drafts: torch.Tensor | None = None,
-    ) -> "SeenTokens":
-        """`sequences` (n, columns): the rows' records; each row's tokens before column `committed` (n,), from
-        `first_real` (the first column that is not padding, or 0), and at position j also `drafts[:, :j]`."""
-        columns = torch.arange(sequences.shape[1], device=sequences.device)[None]
-        counted = (columns < committed[:, None]) & (columns >= first_real[:, None])
-        zeros = torch.zeros(sequences.shape[0], vocab_size, device=sequences.device)
-        context = zeros.scatter_add(1, sequences, counted.float())[:, None]
-        output = zeros.scatter_add(1, sequences, (counted & (columns >= prompt_length)).float())[:, None]
-        if drafts is not None and drafts.shape[1]:
-            shape = (drafts.shape[0], drafts.shape[1] + 1, vocab_size)
-            drafted = torch.zeros(shape, device=drafts.device)
-            drafted[:, 1:].scatter_(2, drafts[..., None], 1.0)  # position j + 1 sees draft j too
-            drafted = drafted.cumsum(1)
-            context, output = context + drafted, output + drafted
-        return cls(context, output)

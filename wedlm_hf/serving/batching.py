@@ -57,8 +57,12 @@ def request_fields(config_fields: list[str]) -> list[str]:
 class WeDLMCBGenerateManager(serving_utils.BaseGenerateManager):
     """One `ContinuousBatcher` for the served model, created at its first request."""
 
-    def __init__(self, max_batch_size: int = 8, max_batch_tokens: int | None = None):
-        self.options = {"max_batch_size": max_batch_size, "max_batch_tokens": max_batch_tokens}
+    def __init__(
+        self, max_batch_size: int = 8, max_batch_tokens: int | None = None, draft_history: int | None = None
+    ):
+        self.options = {
+            "max_batch_size": max_batch_size, "max_batch_tokens": max_batch_tokens, "draft_history": draft_history
+        }
         self.batcher: ContinuousBatcher | None = None
 
     def init_cb(self, model: PreTrainedModel, gen_config: GenerationConfig) -> None:

@@ -21,7 +21,7 @@ import json
 
 from transformers import GenerationConfig, LogitsProcessor
 
-from ..generation.sampling import OpenAIPenalties
+from ..generation.penalties import OpenAIPenalties
 from .errors import invalid_request
 
 FIELDS = {  # field: (accepted, what it must be)
