@@ -2,7 +2,8 @@
 history of earlier requests (`draft_history`), and with both; against greedy AR and transformers' prompt lookup.
 
 Every arm decodes every prompt of a set greedily, one request at a time; the WeDLM arms run on the engine (a
-`WeDLMScheduler` per arm, kept for the whole set, so the history arms draft from the prompts answered before).
+`WeDLMScheduler` per arm and repeat, kept for the whole set, so the history arms draft from the prompts of the
+set answered before, and only those).
 Reported per set and arm: tokens per forward (model forwards counted by a hook: hardware-free), wall-clock speed
 relative to AR (medians of interleaved repeats: every arm in turn, so a busy moment of a shared machine falls on
 all of them), and whether every output equals AR's (lossless: it must).
@@ -88,21 +89,17 @@ class Arm:
 def run_set(model, tokenizer, name: str, args) -> dict[str, dict]:
     primed, measured = prompt_texts(name, args.num_prompts, tokenizer)
     primed, measured = ([tokenizer(text)["input_ids"] for text in texts] for texts in (primed, measured))
-    arms = [Arm(arm, model, ARMS[arm]) for arm in args.arms]
-    for arm in arms:
-        for ids in primed:
-            arm.decode(ids, args.max_new_tokens)
-    figures = {arm.name: {"seconds": [], "tokens": 0, "forwards": 0, "outputs": []} for arm in arms}
+    figures = {arm: {"seconds": [], "tokens": 0, "forwards": 0, "outputs": []} for arm in args.arms}
     for repeat in range(args.repeats):
-        for arm in arms:
-            figure = figures[arm.name]
+        for name in args.arms:
+            arm, figure = Arm(name, model, ARMS[name]), figures[name]  # a fresh history each repeat
+            for ids in primed:
+                arm.decode(ids, args.max_new_tokens)
             with ForwardCounter(model) as counter, torch.inference_mode():
                 start = time.perf_counter()
                 outputs = [arm.decode(ids, args.max_new_tokens) for ids in measured]
                 figure["seconds"].append(time.perf_counter() - start)
-            if repeat == 0:  # later repeats of a history arm have seen the set itself
-                figure["tokens"], figure["forwards"] = sum(map(len, outputs)), counter.calls
-                figure["outputs"] = outputs
+            figure["tokens"], figure["forwards"], figure["outputs"] = sum(map(len, outputs)), counter.calls, outputs
     return figures
 
 
