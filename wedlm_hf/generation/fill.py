@@ -66,9 +66,7 @@ class SlotFiller:
             chosen &= run if sampling is None else run | ~sampling.sample[state.rows][:, None]
         slot_logits = gather_columns(logits, columns) if scores.keeps_logits else None
         logits[..., self.layout.mask_id] = float("-inf")
-        if sampling is not None:
-            tokens, slot_scores = self._choose_per_row(state, logits, columns, chosen, draft_probs)
-        elif self.logits_processor or self.do_sample:
+        if sampling is not None or self.logits_processor or self.do_sample:
             tokens, slot_scores = self._choose_processed(state, logits, columns, chosen, draft_probs)
         else:
             tokens = logits.argmax(-1).gather(1, columns)
@@ -78,49 +76,6 @@ class SlotFiller:
         state.fill_step[:, :window_size].masked_fill_(chosen, self.record.steps)
         scores.fill(chosen, scores=slot_scores, logits=slot_logits)
 
-    def _choose_per_row(
-        self,
-        state: WindowState,
-        logits: torch.Tensor,
-        columns: torch.Tensor,
-        chosen: torch.Tensor,
-        draft_probs: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`_choose_processed` for rows with their own sampling (`record.sampling`): the call's other processors
-        (each slot with its row's committed context), then each row's penalties, warpers and draw, densely over
-        every slot with no host read; but where a row samples on a device whose host reads are free
-        (`HOST_READS_ARE_FREE`), over the chosen slots alone (sorting every slot's vocabulary for top-p costs more
-        there than the read)."""
-        sampling, record = self.record.sampling, self.record
-        vocab_size = logits.shape[-1]
-        if sampling.any_sample and logits.device.type in HOST_READS_ARE_FREE:
-            rows, slots = chosen.nonzero(as_tuple=True)
-            scores, index = logits[rows, columns[rows, slots]].float()[:, None], slots[:, None]
-        else:
-            rows, slots = torch.arange(chosen.shape[0], device=chosen.device), None
-            scores, index = gather_columns(logits, columns).float(), None
-        if self.logits_processor and rows.numel():
-            processors = for_rows(self.logits_processor, state.rows[rows].repeat_interleave(scores.shape[1]))
-            context = record.committed_context(state)[rows].repeat_interleave(scores.shape[1], dim=0)
-            scores = processors(context, scores.flatten(0, 1)).view_as(scores)
-        seen = sampling.seen(record, state, vocab_size)
-        scores = sampling.processed(scores, state.rows[rows], None if seen is None else seen.of_rows(rows))
-        forward = record.forward_numbers(state)[rows]
-        tokens, probs = sampling.choose(scores, state.rows[rows], forward, FILL, index)
-        if slots is None:  # every slot scored
-            if draft_probs is not None and probs is not None:
-                draft_probs.copy_(torch.where(chosen[..., None], probs, draft_probs))
-            return tokens, scores if state.scores.keeps_scores else None
-        if draft_probs is not None:
-            draft_probs[rows, slots] = probs[:, 0]
-        placed = torch.full_like(columns, self.layout.mask_id)
-        placed[rows, slots] = tokens[:, 0]
-        slot_scores = None
-        if state.scores.keeps_scores:
-            slot_scores = scores.new_zeros(*columns.shape, vocab_size)
-            slot_scores[rows, slots] = scores[:, 0]
-        return placed, slot_scores
-
     def _choose_processed(
         self,
         state: WindowState,
@@ -129,25 +84,46 @@ class SlotFiller:
         chosen: torch.Tensor,
         draft_probs: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Tokens (and scores) of the chosen slots through the logits processors/warpers, with each slot's row's
-        committed tokens as context, then argmax or a sample. Processors read that context on the host, so this
-        path indexes the chosen slots only: vocabulary-wide processor work scales with the slots filled."""
-        rows, slots = chosen.nonzero(as_tuple=True)
-        scores = logits[rows, columns[rows, slots]]
-        if self.logits_processor and rows.numel():  # (processors may not take an empty batch)
-            processors = for_rows(self.logits_processor, state.rows[rows])
-            scores = processors(self.record.committed_context(state)[rows], scores.float())
-        if self.do_sample:
-            probs = torch.softmax(scores.float(), dim=-1)
-            picked = torch.multinomial(probs, 1).squeeze(1)
-            if draft_probs is not None:
-                draft_probs[rows, slots] = probs
+        """Tokens (and scores) of the chosen slots through the logits processors (each slot with its row's
+        committed tokens as context), then each row's own sampling (`record.sampling`: penalties, warpers, keyed
+        draws) or the call's argmax or sample.
+
+        Which slots are scored: the chosen ones (one host read: which), or every slot densely, with no host read,
+        where rows have their own sampling and none samples, or the device's host reads stall it
+        (`HOST_READS_ARE_FREE`: on a CPU, sorting every slot's vocabulary for top-p costs more than the read)."""
+        sampling, record = self.record.sampling, self.record
+        vocab_size = logits.shape[-1]
+        dense = sampling is not None and not (sampling.any_sample and logits.device.type in HOST_READS_ARE_FREE)
+        if dense:
+            rows, slots = torch.arange(chosen.shape[0], device=chosen.device), None
+            scores = gather_columns(logits, columns).float()
         else:
-            picked = scores.argmax(-1)
-        tokens = torch.full_like(columns, self.layout.mask_id)
-        tokens[rows, slots] = picked
+            rows, slots = chosen.nonzero(as_tuple=True)
+            scores = logits[rows, columns[rows, slots]].float()[:, None]
+        if self.logits_processor and rows.numel():  # (processors may not take an empty batch)
+            processors = for_rows(self.logits_processor, state.rows[rows].repeat_interleave(scores.shape[1]))
+            context = record.committed_context(state)[rows].repeat_interleave(scores.shape[1], dim=0)
+            scores = processors(context, scores.flatten(0, 1)).view_as(scores)
+        if sampling is not None:
+            seen = sampling.seen(record, state, vocab_size)
+            scores = sampling.processed(scores, state.rows[rows], None if seen is None else seen.of_rows(rows))
+            index = None if dense else slots[:, None]
+            tokens, probs = sampling.choose(scores, state.rows[rows], record.forward_numbers(state)[rows], FILL, index)
+        elif self.do_sample:
+            probs = torch.softmax(scores, dim=-1)
+            tokens = torch.multinomial(probs.flatten(0, 1), 1).view(probs.shape[:-1])
+        else:
+            tokens, probs = scores.argmax(-1), None
+        if dense:
+            if draft_probs is not None and probs is not None:
+                draft_probs.copy_(torch.where(chosen[..., None], probs, draft_probs))
+            return tokens, scores if state.scores.keeps_scores else None
+        if draft_probs is not None and probs is not None:
+            draft_probs[rows, slots] = probs[:, 0]
+        placed = torch.full_like(columns, self.layout.mask_id)
+        placed[rows, slots] = tokens[:, 0]
         slot_scores = None
         if state.scores.keeps_scores:
-            slot_scores = torch.zeros(*columns.shape, logits.shape[-1], dtype=scores.dtype, device=scores.device)
-            slot_scores[rows, slots] = scores
-        return tokens, slot_scores
+            slot_scores = scores.new_zeros(*columns.shape, vocab_size)
+            slot_scores[rows, slots] = scores[:, 0]
+        return placed, slot_scores
