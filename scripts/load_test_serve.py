@@ -43,10 +43,11 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def server_command(arm: str, model: str, port: int, max_batch_size: int, lossless: bool = False) -> list[str]:
+def server_command(arm: str, model: str, port: int, max_batch_size: int, args: argparse.Namespace) -> list[str]:
     if arm == "ar-cb":
         return [sys.executable, __file__, "--serve-ar-cb", str(port), "--model", model]
-    command = ["serve", model, "--host", "127.0.0.1", "--port", str(port)] + (["--lossless"] if lossless else [])
+    command = ["serve", model, "--host", "127.0.0.1", "--port", str(port)] + (["--lossless"] if args.lossless else [])
+    command += ["--threads", str(args.threads)] if args.threads else []
     if arm == "wedlm-cb":
         command += ["--continuous-batching", "--max-batch-size", str(max_batch_size)]
     return [sys.executable, "-c", "import sys, wedlm_hf_cli; sys.exit(wedlm_hf_cli.main(sys.argv[1:]))", *command]
@@ -163,7 +164,7 @@ def start_arm(arm: str, args: argparse.Namespace) -> tuple[subprocess.Popen, str
     """The arm's server, healthy and warmed up (first-request loading and allocation), or a RuntimeError."""
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
-    command = server_command(arm, args.model, port, max(args.clients), args.lossless)
+    command = server_command(arm, args.model, port, max(args.clients), args)
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         wait_healthy(base_url, process, args.start_timeout)
@@ -259,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         help="mixed: half the requests sample (temperature 0.8, top_p 0.95, a seed each), half are greedy",
     )
     parser.add_argument("--lossless", action="store_true", help="serve the WeDLM arms with --lossless")
+    parser.add_argument("--threads", type=int, help="torch threads of the WeDLM servers (default: serve's)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--serve-ar-cb", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -272,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(
         f"model: {args.model}; {args.requests} requests per level, medians of {args.repeats} interleaved repeats; "
-        f"prompts: {args.prompts}; sampling: {args.sampling}; WeDLM {'lossless' if args.lossless else 'plain'}"
+        f"prompts: {args.prompts}; sampling: {args.sampling}; WeDLM {'lossless' if args.lossless else 'plain'}; "
+        f"threads: {args.threads or 'serve default'}"
     )
     print(table(results, args.clients))
     for arm, by_clients in results.items():
