@@ -28,6 +28,7 @@ from .pool import PoolBackend, compiles
 from .processors import split_suppressed
 from .record import OutputRecord
 from .settings import UNSET, WeDLMSettings
+from .support import is_wedlm_trained
 from .validation import check_request, check_settings, checked_prompt
 from .verify import Verifier
 from .window import WindowLayout, WindowScores, WindowState
@@ -182,7 +183,7 @@ def start_decoding(
         lookup = None
         if settings.prompt_lookup:
             lookup = PromptLookup(settings.prompt_lookup_ngram, settings.prompt_lookup_tokens)
-        policy = LosslessPolicy(layout, record, filler, state, adaptive, verifier, lookup)
+        policy = LosslessPolicy(layout, record, filler, state, adaptive, verifier, lookup, is_wedlm_trained(model))
     else:
         policy = PlainPolicy(layout, record, filler, blockwise=settings.blockwise)
     return DecodeLoop(state, layout, record, policy, DynamicBackend(model, mask, prompt_padded))

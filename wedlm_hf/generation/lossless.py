@@ -30,6 +30,11 @@ FIRST_AR_RUN = 4
 LONGEST_AR_RUN = 64
 """Adaptive schedule: the fewest and the most AR-only forwards a row takes before it tries one draft again (a try
 costs two wider forwards: one to draft, one to verify)."""
+TOKENS_PER_PROBE = 64
+"""Adaptive schedule: a row tries a draft again only while its earlier tries number at most one per this many
+tokens it generated plus one per draft it had accepted. A try costs about one AR forward on a CPU (its two wider forwards:
+1.5 on SmolLM2-135M, 0.6 on the embedded checkpoint; far less on a GPU) and an accepted draft saves one, so where
+drafts never pass the tries cost at most ~2% of AR decoding (scripts/step_cost.py measures it)."""
 
 
 class MaskTokenPredicted(ValueError):
@@ -52,6 +57,8 @@ class DraftState(PerRow):
     draft_limit: torch.Tensor
     ar_run: torch.Tensor
     probe_wait: torch.Tensor
+    probes: torch.Tensor
+    """Adaptive schedule: AR-only forwards in a row, how many of them to wait before the next try, tries so far."""
     mask_predicted: torch.Tensor
     """A row whose next token was the mask id (reported at the next sync: lossless cannot go on)."""
     from_lookup: torch.Tensor
@@ -72,6 +79,9 @@ class LosslessPolicy:
     double plus one, up to the most. A row at zero drafts runs AR and tries one draft again after `probe_wait`
     forwards, a wait that doubles (from `FIRST_AR_RUN` to `LONGEST_AR_RUN`) each time no draft is accepted and
     resets when one is.
+    Tries are rationed by `TOKENS_PER_PROBE`, and a model not trained for WeDLM (`support.is_wedlm_trained`), whose
+    mask predictions are mostly wrong, starts at zero drafts: on SmolLM2-135M the first full window cost 5% of a
+    64-token decode.
     `"full"` drafts every slot of a `window_size` window, always. With prompt lookup (`lookup.py`), a row whose
     slot after the certain token holds no mask prediction takes the context's continuation there, whatever its
     `draft_limit`: such a draft costs no forward of its own.
@@ -80,14 +90,8 @@ class LosslessPolicy:
     counter_names = ("drafted", "accepted", "corrected")
 
     def __init__(
-        self,
-        layout: WindowLayout,
-        record: OutputRecord,
-        filler: SlotFiller,
-        state: WindowState,
-        adaptive: bool,
-        verifier: Verifier,
-        lookup: PromptLookup | None = None,
+        self, layout: WindowLayout, record: OutputRecord, filler: SlotFiller, state: WindowState, adaptive: bool,
+        verifier: Verifier, lookup: PromptLookup | None = None, trained: bool = True,
     ):
         self.layout = layout
         self.record = record
@@ -99,8 +103,8 @@ class LosslessPolicy:
         length = state.length
         self.drafts = DraftState(
             drafted=torch.zeros_like(length), accepted=torch.zeros_like(length), corrected=torch.zeros_like(length),
-            draft_limit=torch.full_like(length, self.most_drafts), ar_run=torch.zeros_like(length),
-            probe_wait=torch.full_like(length, FIRST_AR_RUN), mask_predicted=torch.zeros_like(state.done),
+            draft_limit=torch.full_like(length, self.most_drafts if trained else 0), ar_run=torch.zeros_like(length),
+            probe_wait=torch.full_like(length, FIRST_AR_RUN), probes=torch.zeros_like(length), mask_predicted=torch.zeros_like(state.done),
             from_lookup=torch.zeros_like(state.done), lookup_ok=torch.ones_like(state.done),
         )
         self.draft_probs: torch.Tensor | None = None
@@ -185,32 +189,29 @@ class LosslessPolicy:
             self.filler.fill(state, logits[:, fed - masks :], slot_physical - (fed - masks), fillable, self.draft_probs)
         if self.adaptive and self.lookup is not None:  # the limit follows the mask predictions' drafts only
             mask_drafted = ~counts.from_lookup
-            self._adapt(drafts * mask_drafted, accepted * mask_drafted, corrected & mask_drafted)
+            self._adapt(drafts * mask_drafted, accepted * mask_drafted, corrected & mask_drafted, state)
         elif self.adaptive:
-            self._adapt(drafts, accepted, corrected)
+            self._adapt(drafts, accepted, corrected, state)
         self._limit_window(state)
         self._draft_from_context(state)
         return 1 + accepted
 
     def _ar_only_update(self, state: WindowState, plan: StepPlan, forward: Forward) -> torch.Tensor:
-        """`update` after a forward of one column per row (every row at zero drafts): its chosen token is the next
-        certain token, and there is nothing to verify, count or fill. Same result as the general path, in a
-        fraction of its ops (on held-out code most lossless forwards are of this kind)."""
+        """`update` after a forward of one column per row (every window is the certain token alone): its chosen
+        token is the next certain token, written over slot 0 in place (the slots after it hold masks, whose draft
+        distributions are never read), and there is nothing to verify, count, fill or shift. Same result as the
+        general path in a third of its ops: most lossless forwards are of this kind where drafts fail."""
         one = torch.ones_like(plan.length)
         if self.verifier.needs_scores:
             next_certain = self.verifier.next_tokens(self.verifier.scores(state, forward.logits[:, :1], one))[:, 0]
         else:
             next_certain = forward.logits[:, 0].argmax(-1)
-        shift(state, self.layout, one, plan.length, forward.physical)
-        if self.draft_probs is not None:
-            self.draft_probs = self.draft_probs.gather(1, self._source(one).expand_as(self.draft_probs))
         self._place_certain(state, next_certain, None, None)
         if self.adaptive:
-            self._probe(self.drafts.draft_limit)
-        self._limit_window(state)
+            self._probe(self.drafts.draft_limit, state)
+        state.length = self._window_length(state)  # at least 1: a row with no budget left ended at the commit
         self._draft_from_context(state)
         return one
-
     def _source(self, by: torch.Tensor) -> torch.Tensor:
         """(rows, window_size, 1) the slot each slot takes its draft distribution from after a shift by `by` (a
         slot coming from past `window_size` is a mask: its distribution is never read)."""
@@ -244,7 +245,9 @@ class LosslessPolicy:
         if logits is not None and state.scores.kinds:
             state.scores.place(slice(0, 1), logits, scores)
 
-    def _adapt(self, drafts: torch.Tensor, accepted: torch.Tensor, corrected: torch.Tensor) -> None:
+    def _adapt(
+        self, drafts: torch.Tensor, accepted: torch.Tensor, corrected: torch.Tensor, state: WindowState
+    ) -> None:
         """The adaptive schedule's update of `draft_limit` from this forward's verification (see the class)."""
         rows = self.drafts
         all_accepted = (drafts > 0) & ~corrected
@@ -252,27 +255,31 @@ class LosslessPolicy:
         limit = torch.where(corrected & (2 * accepted < rows.draft_limit), accepted, limit)
         longer_wait = torch.where(corrected, (2 * rows.probe_wait).clamp(max=LONGEST_AR_RUN), rows.probe_wait)
         rows.probe_wait = longer_wait.masked_fill(accepted > 0, FIRST_AR_RUN)
-        self._probe(limit)
+        self._probe(limit, state)
 
-    def _probe(self, limit: torch.Tensor) -> None:
+    def _probe(self, limit: torch.Tensor, state: WindowState) -> None:
         """Set the new `draft_limit`: rows at zero drafts count their AR-only forwards and try one draft again
-        after `probe_wait` of them."""
+        after `probe_wait` of them, if the tries so far are within `TOKENS_PER_PROBE`'s ration."""
         rows = self.drafts
         no_drafts = limit == 0
         rows.ar_run = (rows.ar_run + 1) * no_drafts  # AR-only forwards in a row; 0 once the row drafts
-        probe = no_drafts & (rows.ar_run >= rows.probe_wait)
+        rationed = TOKENS_PER_PROBE * (rows.probes - rows.accepted) <= state.generated
+        probe = no_drafts & (rows.ar_run >= rows.probe_wait) & rationed
+        rows.probes = rows.probes + probe
         rows.draft_limit = limit.masked_fill(probe, min(1, self.most_drafts))
 
-    def _limit_window(self, state: WindowState) -> None:
+    def _window_length(self, state: WindowState) -> torch.Tensor:
         """Window per row: `draft_limit + 2` slots (1 at zero drafts), at most `window_size`, within
-        max_new_tokens; slots past it return to MASK."""
-        longest = self.layout.window_size
+        max_new_tokens."""
         if self.adaptive:
             limit = self.drafts.draft_limit
-            wanted = (limit + 2).masked_fill(limit == 0, 1).clamp(max=longest)
-        else:
-            wanted = torch.full_like(state.length, longest)
-        state.length = torch.minimum(wanted, state.max_new_tokens - state.generated)
+            wanted = (limit + 2).masked_fill(limit == 0, 1).clamp(max=self.layout.window_size)
+            return torch.minimum(wanted, state.max_new_tokens - state.generated)
+        return (state.max_new_tokens - state.generated).clamp(max=self.layout.window_size)
+
+    def _limit_window(self, state: WindowState) -> None:
+        """Each row's window cut to `_window_length`: slots past it return to MASK."""
+        state.length = self._window_length(state)
         state.window = state.window.masked_fill(self.layout.slots >= state.length[:, None], self.layout.mask_id)
 
     def select_rows(self, index: torch.Tensor) -> None:
