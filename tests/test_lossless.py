@@ -5,7 +5,7 @@ import torch
 from tiny_models import MASK_ID, random_prompts, tiny_model
 
 import wedlm_hf
-from wedlm_hf.generation.lossless import TOKENS_PER_PROBE
+from wedlm_hf.generation.draft_schedule import TOKENS_PER_PROBE
 
 
 @pytest.mark.parametrize("family", ["wedlm", "wedlm-qwen2", "llama", "qwen3"])
@@ -84,8 +84,9 @@ def test_adaptive_and_full_draft_schedules_give_identical_tokens(family, constan
         name: sum(out.wedlm_stats.processed) / sum(out.wedlm_stats.forwards)
         for name, out in (("adaptive", adaptive), ("full", full))
     }
-    if constant:  # a model not trained for WeDLM starts at zero drafts: an AR run comes before its first try
-        assert adaptive.wedlm_stats.summary()["tokens_per_forward_row_mean"] > (4 if family == "wedlm" else 3)
+    if constant:  # uniform predictions are no confident drafts (and llama is not WeDLM-trained): the schedule
+        # starts at zero drafts, so a short AR run comes before the first try, then the limit doubles
+        assert adaptive.wedlm_stats.summary()["tokens_per_forward_row_mean"] > 3
     else:
         assert adaptive.wedlm_stats.summary()["accepted"] < adaptive.wedlm_stats.summary()["drafted"]
         assert fed_per_forward["adaptive"] < fed_per_forward["full"] / 2

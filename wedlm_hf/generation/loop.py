@@ -119,16 +119,16 @@ def feed(
     fed, mask_columns = backend.shape(sync.fed, sync.mask_columns)
     keep = fed if plan.all_columns else mask_columns
     if fed == 1:  # one column per row (AR-only steps): every row's slot 0, already in feed order
-        order = physical = layout.slots.expand(plan.length.shape[0], -1)
-        live = layout.slots < plan.length[:, None]
+        physical = layout.slots.expand(plan.length.shape[0], -1)
+        fed_live = plan.length[:, None] > 0
+        mask_slots = (fed_live & ~plan.filled[:, :1])[:, 1 - mask_columns :]
+        input_ids, position_ids = state.window[:, :1], (state.first_position + plan.start)[:, None]
     else:
         order, live = feed_order(plan.filled, layout, plan.length)
-        physical = order.argsort(dim=1)
-    fed_order = order[:, :fed]
-    mask_slots = (live & ~plan.filled).gather(1, fed_order[:, fed - mask_columns :])
-    input_ids = state.window.gather(1, fed_order)
-    position_ids = (state.first_position + plan.start)[:, None] + fed_order
-    fed_live = live[:, :fed]
+        physical, fed_order, fed_live = order.argsort(dim=1), order[:, :fed], live[:, :fed]
+        mask_slots = (live & ~plan.filled).gather(1, fed_order[:, fed - mask_columns :])
+        input_ids = state.window.gather(1, fed_order)
+        position_ids = (state.first_position + plan.start)[:, None] + fed_order
     with_prompt = state.prompt is not None
     if with_prompt:
         input_ids = torch.cat([state.prompt, input_ids], dim=1)
