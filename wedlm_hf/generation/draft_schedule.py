@@ -10,8 +10,9 @@ Where drafts fail, lossless mode costs what AR costs plus its tries: a row at ze
 (two wider forwards: one to draft, one to verify) after `probe_wait` AR tokens, a wait that doubles from
 `FIRST_AR_RUN` to `LONGEST_AR_RUN` while tries fail and resets when one passes, and never while its tries exceed
 `TOKENS_PER_PROBE`'s ration. Where the row starts is what is known before any verification: a model not trained
-for WeDLM (`support.is_wedlm_trained`) starts at zero drafts, a trained one at the most, cut after its first
-forward to the leading drafts predicted with confidence (`CONFIDENT_ENTROPY`, or the call's entropy threshold).
+for WeDLM (`support.is_wedlm_trained`) starts at zero drafts and tries first after `TOKENS_PER_PROBE` tokens (a
+try at token 4 cost SmolLM2-135M 2% of a 64-token decode), a trained one at the most, cut after its first forward
+to the leading drafts predicted with confidence (`CONFIDENT_ENTROPY`, or the call's entropy threshold).
 """
 
 import math
@@ -48,14 +49,16 @@ class DraftSchedule(PerRow):
     """Tries so far."""
     most: int
     """The most drafts a forward checks (`window_size - 2`)."""
+    first_try: int
+    """Tokens before the ration allows a first try: 0, or `TOKENS_PER_PROBE` for a model not trained for WeDLM."""
 
     @classmethod
     def starting(cls, generated: torch.Tensor, window_size: int, trained: bool) -> "DraftSchedule":
-        most = max(window_size - 2, 0)
+        most, first_try = max(window_size - 2, 0), 0 if trained else TOKENS_PER_PROBE
         return cls(
             draft_limit=torch.full_like(generated, most if trained else 0),
-            probe_wait=torch.full_like(generated, FIRST_AR_RUN), try_at=generated + FIRST_AR_RUN,
-            probes=torch.zeros_like(generated), most=most,
+            probe_wait=torch.full_like(generated, FIRST_AR_RUN), try_at=generated + max(FIRST_AR_RUN, first_try),
+            probes=torch.zeros_like(generated), most=most, first_try=first_try,
         )
 
     def first_window(self, entropy: torch.Tensor, threshold: float | None) -> None:
@@ -75,7 +78,8 @@ class DraftSchedule(PerRow):
         limit = torch.where(corrected & (2 * accepted < self.draft_limit), accepted, limit)
         longer_wait = torch.where(corrected, (2 * self.probe_wait).clamp(max=LONGEST_AR_RUN), self.probe_wait)
         self.probe_wait = longer_wait.masked_fill(accepted > 0, FIRST_AR_RUN)
-        try_at = torch.maximum(generated + self.probe_wait, TOKENS_PER_PROBE * (self.probes - accepted_so_far))
+        rationed = self.first_try + TOKENS_PER_PROBE * (self.probes - accepted_so_far)
+        try_at = torch.maximum(generated + self.probe_wait, rationed)
         self.try_at = torch.where((limit == 0) & (self.draft_limit > 0), try_at, self.try_at)  # rows turning AR
         self.probe(limit, generated)
 
