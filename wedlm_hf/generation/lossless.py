@@ -120,7 +120,7 @@ class LosslessPolicy:
             scores = self.verifier.scores(state, raw, torch.ones_like(none))
             self._place_certain(state, self.verifier.next_tokens(scores)[:, 0], raw, scores)
             self.filler.fill(state, forward.logits, slot_physical, self._fillable(state), self.draft_probs)
-            if self.adaptive and self.trained:  # (untrained: zero drafts already)
+            if self.adaptive and self.trained and not self.verifier.do_sample:  # (sampled drafts pass by p/q)
                 columns = slot_physical[:, 1:].clamp(0, forward.logits.shape[1] - 1)
                 entropy = slot_entropy(gather_columns(forward.logits, columns))
                 self.schedule.first_window(entropy, self.filler.settings.entropy_threshold)

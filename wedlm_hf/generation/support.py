@@ -100,6 +100,11 @@ def check_supported(model: PreTrainedModel) -> None:
 
 
 def is_wedlm_trained(model: PreTrainedModel) -> bool:
-    """Whether the checkpoint says it was trained for WeDLM decoding: its model type or its decoding default."""
+    """Whether the checkpoint says it was trained for WeDLM decoding: its model type, its decoding default, or a
+    mask token in its config (a draft-only adapter's gate and `wedlm-hf finetune` set one)."""
     generation_config = getattr(model, "generation_config", None)
-    return model.config.model_type == WEDLM or getattr(generation_config, "decoding", None) == WEDLM
+    return (
+        model.config.model_type == WEDLM
+        or getattr(generation_config, "decoding", None) == WEDLM
+        or getattr(model.config.get_text_config(), "mask_token_id", None) is not None
+    )
