@@ -96,7 +96,7 @@ class LosslessPolicy:
         # 1. the certain token is committed now; its K/V come from the forward below
         filled, leading = leading_filled(state, self.layout)
         start = state.generated
-        state.done |= self.record.commit(state, torch.ones_like(leading))
+        state.done |= self.record.commit_first(state)
         # 2. one forward: next-token logits at the certain token and at every leading draft, plus as many extra
         #    mask slots as there are drafts, so that if all are accepted the next window is already predicted
         length = torch.minimum(state.length + (leading - 1), state.max_new_tokens - start)
