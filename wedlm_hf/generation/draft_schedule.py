@@ -11,8 +11,9 @@ Where drafts fail, lossless mode costs what AR costs plus its tries: a row at ze
 `FIRST_AR_RUN` to `LONGEST_AR_RUN` while tries fail and resets when one passes, and never while its tries exceed
 `TOKENS_PER_PROBE`'s ration. Where the row starts is what is known before any verification: a model not trained
 for WeDLM (`support.is_wedlm_trained`) starts at zero drafts and tries first after `TOKENS_PER_PROBE` tokens (a
-try at token 4 cost SmolLM2-135M 2% of a 64-token decode), a trained one at the most, cut after its first forward
-to the leading drafts predicted with confidence (`CONFIDENT_ENTROPY`, or the call's entropy threshold).
+failed try costs SmolLM2-135M about 1.5 forwards, 2% of a 64-token decode), a trained one at the most, cut after
+its first forward to the leading drafts predicted with confidence (`CONFIDENT_ENTROPY`, or the call's entropy
+threshold).
 """
 
 import math
