@@ -5,7 +5,7 @@ import torch
 from tiny_models import MASK_ID, random_prompts, tiny_model
 
 import wedlm_hf
-from wedlm_hf.generation.draft_schedule import TOKENS_PER_PROBE
+from wedlm_hf.generation.draft_schedule import FIRST_AR_RUN, TOKENS_PER_PROBE
 
 
 @pytest.mark.parametrize("family", ["wedlm", "wedlm-qwen2", "llama", "qwen3"])
@@ -108,6 +108,23 @@ def test_failing_drafts_are_tried_at_the_rationed_rate():
     for drafted, accepted, generated in zip(stats.drafted, stats.accepted, stats.generated):
         assert accepted == 0  # the premise: a random model's drafts fail
         assert 1 <= drafted <= generated // TOKENS_PER_PROBE
+
+
+def test_a_trained_model_checks_only_its_confident_first_drafts():
+    """After the first forward the adaptive schedule checks only the leading drafts predicted below
+    `CONFIDENT_ENTROPY`: uniform predictions (all logits 0) are checked by no forward before the row's first try,
+    and the same drafts are checked at once when the call's entropy threshold admits them."""
+    model = tiny_model("wedlm", peak=40)
+    with torch.no_grad():
+        model.lm_head.weight.zero_()
+    input_ids, attention_mask = random_prompts([4, 8])
+    options = dict(max_new_tokens=FIRST_AR_RUN, eos_token_id=None)  # ends before the first try
+    greedy = model.generate(input_ids=input_ids, attention_mask=attention_mask, decoding="ar", **options)
+    unconfident = _lossless(model, input_ids, attention_mask, "adaptive", **options)
+    admitted = _lossless(model, input_ids, attention_mask, "adaptive", wedlm_entropy_threshold=100.0, **options)
+    assert torch.equal(unconfident.sequences, greedy) and torch.equal(admitted.sequences, greedy)
+    assert unconfident.wedlm_stats.drafted == [0, 0]
+    assert min(admitted.wedlm_stats.drafted) > 0
 
 
 def test_draft_schedule_is_validated():
