@@ -179,7 +179,7 @@ class LosslessPolicy:
         """`update` after a forward of one column per row (every window is the certain token alone): its chosen
         token is the next certain token, written over slot 0 in place (the slots after it hold masks, whose draft
         distributions are never read), and there is nothing to verify, count, fill or shift. Same result as the
-        general path in a third of its ops: most lossless forwards are of this kind where drafts fail."""
+        general path in far fewer ops: most lossless forwards are of this kind where drafts fail."""
         one = torch.ones_like(plan.length)
         if self.verifier.needs_scores:
             next_certain = self.verifier.next_tokens(self.verifier.scores(state, forward.logits[:, :1], one))[:, 0]
