@@ -21,7 +21,12 @@ are greedy with EOS disabled (exact lengths). Also printed: ms per WeDLM step of
 `--vocab`, for before/after comparisons of two versions of the decoder (run this script against each, e.g. one
 from `git worktree add /tmp/old <commit>` first on PYTHONPATH).
 
-    python scripts/step_cost.py [--repeats 5] [--new-tokens 64] [--smollm2] [--threads 1]
+`--never-slower` prints only issue 34's table instead: lossless vs greedy wall-clock speed on held-out code (where
+drafts fail), each prompt alone and `--batch` prompts in one left-padded call, on the embedded checkpoint and,
+with `--smollm2`, SmolLM2-135M base (goals: >= 1.0x embedded, >= 0.97x SmolLM2); and lossless tokens per forward
+on counting (goal: >= 9.5).
+
+    python scripts/step_cost.py [--repeats 5] [--new-tokens 64] [--smollm2] [--threads 1] [--never-slower]
 """
 
 import argparse
@@ -33,16 +38,17 @@ import torch
 from transformers import DynamicCache, GenerationConfig
 
 import wedlm_hf
+from wedlm_hf.batch.padding import left_padded
 from wedlm_hf.bench import random_model
 from wedlm_hf.bench.models import load_model
 from wedlm_hf.bench.prompts import code_prompts, counting_prompts
 from wedlm_hf.bench.syncs import Patcher, SyncCounter
 
 
-def generate(model, prompt: torch.Tensor, new_tokens: int, **options):
+def generate(model, prompt: torch.Tensor, new_tokens: int, attention_mask: torch.Tensor | None = None, **options):
     return model.generate(
-        prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new_tokens, do_sample=False,
-        eos_token_id=None, return_dict_in_generate=True, **options,
+        prompt, attention_mask=torch.ones_like(prompt) if attention_mask is None else attention_mask,
+        max_new_tokens=new_tokens, do_sample=False, eos_token_id=None, return_dict_in_generate=True, **options,
     )
 
 
@@ -150,6 +156,38 @@ def load_smollm2():
     return model, tokenizer
 
 
+def never_slower(args: argparse.Namespace) -> None:
+    """Issue 34: lossless vs greedy wall-clock where drafts fail (held-out code), each prompt alone and `--batch`
+    prompts left-padded in one call, on the embedded checkpoint and (`--smollm2`) SmolLM2-135M base; and lossless
+    tokens per forward on counting, where drafts pass."""
+    n, lossless = args.new_tokens, {"decoding": "wedlm", "wedlm_lossless": True}
+    models = {"embedded checkpoint": load_model(wedlm_hf.DEFAULT_MODEL)}
+    if args.smollm2:
+        models["SmolLM2-135M base"] = load_smollm2()
+    pairs = {}
+    for name, (model, tokenizer) in models.items():
+        ids = [tokenizer(text)["input_ids"] for text in code_prompts(max(args.batch, args.prompts))]
+        alone = [torch.tensor([prompt]) for prompt in ids[: args.prompts]]
+        batch, mask = left_padded(ids[: args.batch], model.generation_config.pad_token_id)
+        pairs[f"{name}, held-out code, batch 1"] = (
+            decodes(model, alone, n, decoding="ar"), decodes(model, alone, n, **lossless)
+        )
+        pairs[f"{name}, held-out code, batch {args.batch}"] = (
+            lambda m=model, b=batch, a=mask: generate(m, b, n, a, decoding="ar"),
+            lambda m=model, b=batch, a=mask: generate(m, b, n, a, **lossless),
+        )
+    ratios = paired(pairs, args.repeats)
+    model, tokenizer = models["embedded checkpoint"]
+    counting = [tokenizer(text, return_tensors="pt")["input_ids"] for text in counting_prompts(args.prompts)]
+    per_forward = [generate(model, p, n, **lossless).wedlm_stats.tokens_per_forward[0] for p in counting]
+    print(f"torch threads {torch.get_num_threads()}, {args.repeats} interleaved repeats (medians of paired ratios), "
+          f"{n} new tokens, EOS off; {wedlm_hf.__file__}")
+    print("| lossless vs greedy `generate()` | wall-clock speed, lossless / greedy |\n|---|---|")
+    for name, ratio in ratios.items():
+        print(f"| {name} | {ratio:.3f}x |")
+    print(f"| embedded checkpoint, counting: lossless tokens per forward | {statistics.mean(per_forward):.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
@@ -158,9 +196,14 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=32768, help="vocabulary of the random model's ms/step line")
     parser.add_argument("--smollm2", action="store_true", help="add the SmolLM2 lossless arm")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's choice)")
+    parser.add_argument("--never-slower", action="store_true", help="only issue 34's lossless vs greedy table")
+    parser.add_argument("--batch", type=int, default=4, help="rows of the batched arms of --never-slower")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.never_slower:
+        never_slower(args)
+        return
     n = args.new_tokens
     model, tokenizer = load_model(wedlm_hf.DEFAULT_MODEL)
 

@@ -5,6 +5,7 @@ import torch
 from tiny_models import MASK_ID, random_prompts, tiny_model
 
 import wedlm_hf
+from wedlm_hf.generation.draft_schedule import FIRST_AR_RUN, TOKENS_PER_PROBE
 
 
 @pytest.mark.parametrize("family", ["wedlm", "wedlm-qwen2", "llama", "qwen3"])
@@ -56,13 +57,12 @@ def _lossless(model, input_ids, attention_mask, schedule, **options):
     return model.generate(
         input_ids=input_ids,
         attention_mask=attention_mask,
-        max_new_tokens=40,
         decoding="wedlm",
         wedlm_lossless=True,
         wedlm_draft_schedule=schedule,
         mask_token_id=MASK_ID,
         return_dict_in_generate=True,
-        **options,
+        **{"max_new_tokens": 40, **options},
     )
 
 
@@ -76,19 +76,55 @@ def test_adaptive_and_full_draft_schedules_give_identical_tokens(family, constan
         with torch.no_grad():
             model.lm_head.weight.zero_()
     input_ids, attention_mask = random_prompts([7, 3, 10], seed=4)
-    greedy = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=40, decoding="ar")
-    adaptive = _lossless(model, input_ids, attention_mask, "adaptive")
-    full = _lossless(model, input_ids, attention_mask, "full")
+    new_tokens = 40 if family == "wedlm" else 40 + TOKENS_PER_PROBE  # llama, not WeDLM-trained, tries first later
+    greedy = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=new_tokens, decoding="ar")
+    adaptive = _lossless(model, input_ids, attention_mask, "adaptive", max_new_tokens=new_tokens)
+    full = _lossless(model, input_ids, attention_mask, "full", max_new_tokens=new_tokens)
     assert torch.equal(adaptive.sequences, greedy) and torch.equal(full.sequences, greedy)
     fed_per_forward = {
         name: sum(out.wedlm_stats.processed) / sum(out.wedlm_stats.forwards)
         for name, out in (("adaptive", adaptive), ("full", full))
     }
-    if constant:
-        assert adaptive.wedlm_stats.summary()["tokens_per_forward_row_mean"] > 4
+    if constant:  # uniform predictions are no confident drafts (and llama is not WeDLM-trained): the schedule
+        # starts at zero drafts, so an AR run comes before the first try (4 tokens; llama: 64), then the limit doubles
+        assert adaptive.wedlm_stats.summary()["tokens_per_forward_row_mean"] > (3 if family == "wedlm" else 1.3)
     else:
         assert adaptive.wedlm_stats.summary()["accepted"] < adaptive.wedlm_stats.summary()["drafted"]
         assert fed_per_forward["adaptive"] < fed_per_forward["full"] / 2
+
+
+def test_failing_drafts_are_tried_at_the_rationed_rate():
+    """A model not trained for WeDLM starts at zero drafts, and where its drafts never pass it tries one at most
+    once per `TOKENS_PER_PROBE` generated tokens: each failed try costs two wider forwards, so the ration bounds
+    what lossless mode loses against AR. Batched rows are rationed each."""
+    model = wedlm_hf.enable(tiny_model("llama", seed=4, peak=40))
+    input_ids, attention_mask = random_prompts([7, 3, 10], seed=4)
+    new_tokens = 200
+    options = dict(max_new_tokens=new_tokens, eos_token_id=None)  # every row runs the whole budget
+    greedy = model.generate(input_ids=input_ids, attention_mask=attention_mask, decoding="ar", **options)
+    output = _lossless(model, input_ids, attention_mask, "adaptive", **options)
+    assert torch.equal(output.sequences, greedy)
+    stats = output.wedlm_stats
+    for drafted, accepted, generated in zip(stats.drafted, stats.accepted, stats.generated):
+        assert accepted == 0  # the premise: a random model's drafts fail
+        assert 1 <= drafted <= generated // TOKENS_PER_PROBE
+
+
+def test_a_trained_model_checks_only_its_confident_first_drafts():
+    """After the first forward the adaptive schedule checks only the leading drafts predicted below
+    `CONFIDENT_ENTROPY`: uniform predictions (all logits 0) are checked by no forward before the row's first try,
+    and the same drafts are checked at once when the call's entropy threshold admits them."""
+    model = tiny_model("wedlm", peak=40)
+    with torch.no_grad():
+        model.lm_head.weight.zero_()
+    input_ids, attention_mask = random_prompts([4, 8])
+    options = dict(max_new_tokens=FIRST_AR_RUN, eos_token_id=None)  # ends before the first try
+    greedy = model.generate(input_ids=input_ids, attention_mask=attention_mask, decoding="ar", **options)
+    unconfident = _lossless(model, input_ids, attention_mask, "adaptive", **options)
+    admitted = _lossless(model, input_ids, attention_mask, "adaptive", wedlm_entropy_threshold=100.0, **options)
+    assert torch.equal(unconfident.sequences, greedy) and torch.equal(admitted.sequences, greedy)
+    assert unconfident.wedlm_stats.drafted == [0, 0]
+    assert min(admitted.wedlm_stats.drafted) > 0
 
 
 def test_draft_schedule_is_validated():

@@ -64,7 +64,8 @@ def test_a_prompt_holding_its_mask_token_is_answered_as_smollm2_answers_it(adapt
     inputs = tokenizer("Fill in the blank: The capital of France is <empty_output>.", return_tensors="pt")
     assert (inputs["input_ids"] == model.generation_config.mask_token_id).sum() == 1
     with torch.inference_mode():
-        ours = model.generate(**inputs, max_new_tokens=24, return_dict_in_generate=True)  # its default: lossless
+        # its default: lossless; every slot drafted (the adaptive schedule checks no unconfident first window)
+        ours = model.generate(**inputs, max_new_tokens=24, wedlm_draft_schedule="full", return_dict_in_generate=True)
         theirs = smollm2.generate(**inputs, max_new_tokens=24, do_sample=False)
     assert torch.equal(ours.sequences, theirs)
     assert ours.wedlm_stats.summary()["drafted"] > 0

@@ -34,7 +34,8 @@ class WeDLMCache(DynamicCache):
         """After a forward, keep each row's first `num_committed` window K/V; `kept` is `num_committed.max()`
         and `longest_valid` the largest `valid_per_row` after this commit, both read by the caller."""
         window_length = self.get_seq_length() - self.key_mask.shape[1]
-        self.crop(kept - window_length)
+        if kept < window_length:  # (a one-token forward that keeps its token crops nothing)
+            self.crop(kept - window_length)
         slots = torch.arange(kept, device=num_committed.device)
         self.key_mask = torch.cat([self.key_mask, slots[None, :] < num_committed[:, None]], dim=1)
         self.valid_per_row = self.valid_per_row + num_committed

@@ -29,6 +29,7 @@ from .processors import split_suppressed
 from .record import OutputRecord
 from .sampling import RowSampling
 from .settings import UNSET, WeDLMSettings
+from .support import is_wedlm_trained
 from .validation import check_request, check_settings, checked_prompt
 from .verify import Verifier
 from .window import WindowLayout, WindowScores, WindowState
@@ -191,7 +192,7 @@ def start_decoding(
         lookup = None
         if settings.prompt_lookup or history is not None:
             lookup = PromptLookup(settings.prompt_lookup_ngram, settings.prompt_lookup_tokens, history)
-        policy = LosslessPolicy(layout, record, filler, state, adaptive, verifier, lookup)
+        policy = LosslessPolicy(layout, record, filler, state, adaptive, verifier, lookup, is_wedlm_trained(model))
     else:
         policy = PlainPolicy(layout, record, filler, blockwise=settings.blockwise)
     return DecodeLoop(state, layout, record, policy, DynamicBackend(model, mask, prompt_padded))

@@ -111,11 +111,7 @@ def step_sync(
 
 
 def feed(
-    state: WindowState,
-    layout: WindowLayout,
-    plan: StepPlan,
-    sync: StepSync,
-    backend: ForwardBackend,
+    state: WindowState, layout: WindowLayout, plan: StepPlan, sync: StepSync, backend: ForwardBackend,
     record: OutputRecord,
 ) -> Forward:
     """One forward over each row's first `plan.length` slots (the backend's width): filled slots first, mask slots
@@ -124,12 +120,17 @@ def feed(
     which of the mask columns hold each row's mask slots (none in a prompt, however its tokens read)."""
     fed, mask_columns = backend.shape(sync.fed, sync.mask_columns)
     keep = fed if plan.all_columns else mask_columns
-    order, live = feed_order(plan.filled, layout, plan.length)
-    fed_order = order[:, :fed]
-    mask_slots = (live & ~plan.filled).gather(1, fed_order[:, fed - mask_columns :])
-    input_ids = state.window.gather(1, fed_order)
-    position_ids = (state.first_position + plan.start)[:, None] + fed_order
-    fed_live = live[:, :fed]
+    if fed == 1:  # one column per row (AR-only steps): every row's slot 0, already in feed order
+        physical = layout.slots.expand(plan.length.shape[0], -1)
+        fed_live = plan.length[:, None] > 0
+        mask_slots = (fed_live & ~plan.filled[:, :1])[:, 1 - mask_columns :]
+        input_ids, position_ids = state.window[:, :1], (state.first_position + plan.start)[:, None]
+    else:
+        order, live = feed_order(plan.filled, layout, plan.length)
+        physical, fed_order, fed_live = order.argsort(dim=1), order[:, :fed], live[:, :fed]
+        mask_slots = (live & ~plan.filled).gather(1, fed_order[:, fed - mask_columns :])
+        input_ids = state.window.gather(1, fed_order)
+        position_ids = (state.first_position + plan.start)[:, None] + fed_order
     with_prompt = state.prompt is not None
     if with_prompt:
         input_ids = torch.cat([state.prompt, input_ids], dim=1)
@@ -143,7 +144,7 @@ def feed(
     state.processed = state.processed + plan.length
     return Forward(
         logits=logits[:, logits.shape[1] - keep :],
-        physical=order.argsort(dim=1) - (fed - keep),
+        physical=physical - (fed - keep),
         prompt_logits=logits[:, 0] if with_prompt else None,
         fed=fed,
         mask_columns=mask_columns,

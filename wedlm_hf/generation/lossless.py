@@ -20,17 +20,13 @@ from dataclasses import dataclass
 
 import torch
 
+from .draft_schedule import DraftSchedule
 from .fill import SlotFiller, gather_columns
 from .record import OutputRecord
+from .selection import slot_entropy
 from .lookup import PromptLookup
 from .verify import Verifier, greedy_accept
 from .window import Forward, PerRow, StepPlan, Updates, WindowLayout, WindowState, leading_filled, shift
-
-FIRST_AR_RUN = 4
-LONGEST_AR_RUN = 64
-"""Adaptive schedule: the fewest and the most AR-only forwards a row takes before it tries one draft again (a try
-costs two wider forwards: one to draft, one to verify)."""
-
 
 class MaskTokenPredicted(ValueError):
     """The model's greedy next token is the mask token in input rows `rows`: lossless cannot go on in those."""
@@ -49,9 +45,6 @@ class DraftState(PerRow):
     accepted: torch.Tensor
     corrected: torch.Tensor
     """Counters: drafts checked, drafts accepted, forwards that corrected a draft."""
-    draft_limit: torch.Tensor
-    ar_run: torch.Tensor
-    probe_wait: torch.Tensor
     mask_predicted: torch.Tensor
     """A row whose next token was the mask id (reported at the next sync: lossless cannot go on)."""
     from_lookup: torch.Tensor
@@ -61,33 +54,18 @@ class DraftState(PerRow):
 
 
 class LosslessPolicy:
-    """AR decoding by verification. Per row, `draft_limit` bounds the drafts a forward checks; a window of
-    `draft_limit + 2` slots yields that many (the certain token, the drafts, and one mask whose prediction
-    duplicates the certain token's AR prediction), and `draft_limit` 0 is one-token AR.
-
-    `wedlm_draft_schedule="adaptive"` follows recent acceptance, as transformers' assisted generation adapts its
-    draft length: start at the most (`window_size - 2`: a WeDLM-trained model's drafts are mostly right, and a
-    small start cost 2 of 8 forwards on the embedded checkpoint's counting prompts); after a rejection before half
-    the limit, as many as were accepted (a later rejection keeps it); after a forward that accepts every draft,
-    double plus one, up to the most. A row at zero drafts runs AR and tries one draft again after `probe_wait`
-    forwards, a wait that doubles (from `FIRST_AR_RUN` to `LONGEST_AR_RUN`) each time no draft is accepted and
-    resets when one is.
-    `"full"` drafts every slot of a `window_size` window, always. With prompt lookup (`lookup.py`), a row whose
-    slot after the certain token holds no mask prediction takes the context's continuation there, whatever its
-    `draft_limit`: such a draft costs no forward of its own.
+    """AR decoding by verification. Per row, `draft_limit` bounds the drafts a forward checks: a window of
+    `draft_limit + 2` slots, as `wedlm_draft_schedule="adaptive"` sets it (`draft_schedule.py`); `"full"` drafts
+    every slot of a `window_size` window, always. With prompt lookup (`lookup.py`), a row whose slot after the
+    certain token holds no mask prediction takes the context's continuation there, whatever its `draft_limit`:
+    such a draft costs no forward of its own.
     """
 
     counter_names = ("drafted", "accepted", "corrected")
 
     def __init__(
-        self,
-        layout: WindowLayout,
-        record: OutputRecord,
-        filler: SlotFiller,
-        state: WindowState,
-        adaptive: bool,
-        verifier: Verifier,
-        lookup: PromptLookup | None = None,
+        self, layout: WindowLayout, record: OutputRecord, filler: SlotFiller, state: WindowState, adaptive: bool,
+        verifier: Verifier, lookup: PromptLookup | None = None, trained: bool = True,
     ):
         self.layout = layout
         self.record = record
@@ -95,14 +73,15 @@ class LosslessPolicy:
         self.adaptive = adaptive
         self.verifier = verifier
         self.lookup = lookup
-        self.most_drafts = max(layout.window_size - 2, 0)
         length = state.length
         self.drafts = DraftState(
             drafted=torch.zeros_like(length), accepted=torch.zeros_like(length), corrected=torch.zeros_like(length),
-            draft_limit=torch.full_like(length, self.most_drafts), ar_run=torch.zeros_like(length),
-            probe_wait=torch.full_like(length, FIRST_AR_RUN), mask_predicted=torch.zeros_like(state.done),
-            from_lookup=torch.zeros_like(state.done), lookup_ok=torch.ones_like(state.done),
+            mask_predicted=torch.zeros_like(state.done), from_lookup=torch.zeros_like(state.done),
+            lookup_ok=torch.ones_like(state.done),
         )
+        self.trained = trained
+        self.schedule = DraftSchedule.starting(state.generated, layout.window_size, trained)
+        """The adaptive schedule's row state (with `"full"`, only its `most` is read)."""
         self.draft_probs: torch.Tensor | None = None
         """Sampling: (rows, window_size, vocab) the distribution q each draft was drawn from (drafts live in the
         first `window_size` slots), allocated at the first forward."""
@@ -117,7 +96,7 @@ class LosslessPolicy:
         # 1. the certain token is committed now; its K/V come from the forward below
         filled, leading = leading_filled(state, self.layout)
         start = state.generated
-        state.done |= self.record.commit(state, torch.ones_like(leading))
+        state.done |= self.record.commit_first(state)
         # 2. one forward: next-token logits at the certain token and at every leading draft, plus as many extra
         #    mask slots as there are drafts, so that if all are accepted the next window is already predicted
         length = torch.minimum(state.length + (leading - 1), state.max_new_tokens - start)
@@ -141,6 +120,11 @@ class LosslessPolicy:
             scores = self.verifier.scores(state, raw, torch.ones_like(none))
             self._place_certain(state, self.verifier.next_tokens(scores, state)[:, 0], raw, scores)
             self.filler.fill(state, forward.logits, slot_physical, self._fillable(state), self.draft_probs)
+            if self.adaptive and self.trained and not self.verifier.do_sample:  # (sampled drafts pass by p/q)
+                columns = slot_physical[:, 1:].clamp(0, forward.logits.shape[1] - 1)
+                entropy = slot_entropy(gather_columns(forward.logits, columns))
+                self.schedule.first_window(entropy, self.filler.settings.entropy_threshold)
+                self._limit_window(state)
             self._draft_from_context(state)
             return none
         if forward.fed == 1 and not state.scores.kinds:
@@ -183,35 +167,31 @@ class LosslessPolicy:
         if masks:
             fillable = self._fillable(state) & ~corrected[:, None]
             self.filler.fill(state, logits[:, fed - masks :], slot_physical - (fed - masks), fillable, self.draft_probs)
-        if self.adaptive and self.lookup is not None:  # the limit follows the mask predictions' drafts only
-            mask_drafted = ~counts.from_lookup
-            self._adapt(drafts * mask_drafted, accepted * mask_drafted, corrected & mask_drafted)
-        elif self.adaptive:
-            self._adapt(drafts, accepted, corrected)
+        if self.adaptive:  # with prompt lookup, the limit follows the mask predictions' drafts only
+            mask_drafted = ~counts.from_lookup if self.lookup is not None else torch.ones_like(corrected)
+            checked = (drafts * mask_drafted, accepted * mask_drafted, corrected & mask_drafted)
+            self.schedule.adapt(*checked, state.generated, counts.accepted)
         self._limit_window(state)
         self._draft_from_context(state)
         return 1 + accepted
 
     def _ar_only_update(self, state: WindowState, plan: StepPlan, forward: Forward) -> torch.Tensor:
-        """`update` after a forward of one column per row (every row at zero drafts): its chosen token is the next
-        certain token, and there is nothing to verify, count or fill. Same result as the general path, in a
-        fraction of its ops (on held-out code most lossless forwards are of this kind)."""
+        """`update` after a forward of one column per row (every window is the certain token alone): its chosen
+        token is the next certain token, written over slot 0 in place (the slots after it hold masks, whose draft
+        distributions are never read), and there is nothing to verify, count, fill or shift. Same result as the
+        general path in far fewer ops: most lossless forwards are of this kind where drafts fail."""
         one = torch.ones_like(plan.length)
         if self.verifier.needs_scores:
             scores = self.verifier.scores(state, forward.logits[:, :1], one)
             next_certain = self.verifier.next_tokens(scores, state)[:, 0]
         else:
             next_certain = forward.logits[:, 0].argmax(-1)
-        shift(state, self.layout, one, plan.length, forward.physical)
-        if self.draft_probs is not None:
-            self.draft_probs = self.draft_probs.gather(1, self._source(one).expand_as(self.draft_probs))
         self._place_certain(state, next_certain, None, None)
         if self.adaptive:
-            self._probe(self.drafts.draft_limit)
-        self._limit_window(state)
+            self.schedule.probe(self.schedule.draft_limit, state.generated)
+        state.length = self._window_length(state)  # at least 1: a row with no budget left ended at the commit
         self._draft_from_context(state)
         return one
-
     def _source(self, by: torch.Tensor) -> torch.Tensor:
         """(rows, window_size, 1) the slot each slot takes its draft distribution from after a shift by `by` (a
         slot coming from past `window_size` is a mask: its distribution is never read)."""
@@ -228,7 +208,7 @@ class LosslessPolicy:
             return
         rows = self.drafts
         eligible = state.window[:, 1] == self.layout.mask_id
-        eligible &= rows.draft_limit < self.most_drafts if self.adaptive else rows.lookup_ok
+        eligible &= self.schedule.draft_limit < self.schedule.most if self.adaptive else rows.lookup_ok
         rows.from_lookup = self.lookup.draft(self.record, state, self.layout, eligible, self.draft_probs)
 
     def _fillable(self, state: WindowState) -> torch.Tensor:
@@ -245,39 +225,20 @@ class LosslessPolicy:
         if logits is not None and state.scores.kinds:
             state.scores.place(slice(0, 1), logits, scores)
 
-    def _adapt(self, drafts: torch.Tensor, accepted: torch.Tensor, corrected: torch.Tensor) -> None:
-        """The adaptive schedule's update of `draft_limit` from this forward's verification (see the class)."""
-        rows = self.drafts
-        all_accepted = (drafts > 0) & ~corrected
-        limit = torch.where(all_accepted, (2 * rows.draft_limit + 1).clamp(max=self.most_drafts), rows.draft_limit)
-        limit = torch.where(corrected & (2 * accepted < rows.draft_limit), accepted, limit)
-        longer_wait = torch.where(corrected, (2 * rows.probe_wait).clamp(max=LONGEST_AR_RUN), rows.probe_wait)
-        rows.probe_wait = longer_wait.masked_fill(accepted > 0, FIRST_AR_RUN)
-        self._probe(limit)
-
-    def _probe(self, limit: torch.Tensor) -> None:
-        """Set the new `draft_limit`: rows at zero drafts count their AR-only forwards and try one draft again
-        after `probe_wait` of them."""
-        rows = self.drafts
-        no_drafts = limit == 0
-        rows.ar_run = (rows.ar_run + 1) * no_drafts  # AR-only forwards in a row; 0 once the row drafts
-        probe = no_drafts & (rows.ar_run >= rows.probe_wait)
-        rows.draft_limit = limit.masked_fill(probe, min(1, self.most_drafts))
+    def _window_length(self, state: WindowState) -> torch.Tensor:
+        budget = state.max_new_tokens - state.generated
+        if self.adaptive:
+            return self.schedule.window_length(budget, self.layout.window_size)
+        return budget.clamp(max=self.layout.window_size)
 
     def _limit_window(self, state: WindowState) -> None:
-        """Window per row: `draft_limit + 2` slots (1 at zero drafts), at most `window_size`, within
-        max_new_tokens; slots past it return to MASK."""
-        longest = self.layout.window_size
-        if self.adaptive:
-            limit = self.drafts.draft_limit
-            wanted = (limit + 2).masked_fill(limit == 0, 1).clamp(max=longest)
-        else:
-            wanted = torch.full_like(state.length, longest)
-        state.length = torch.minimum(wanted, state.max_new_tokens - state.generated)
+        """Each row's window cut to `_window_length`: slots past it return to MASK."""
+        state.length = self._window_length(state)
         state.window = state.window.masked_fill(self.layout.slots >= state.length[:, None], self.layout.mask_id)
 
     def select_rows(self, index: torch.Tensor) -> None:
         self.drafts.select(index)
+        self.schedule.select(index)
         if self.draft_probs is not None:
             self.draft_probs = self.draft_probs[index]
 
@@ -287,7 +248,10 @@ class LosslessPolicy:
         if other.draft_probs is not None:
             mine = self.draft_probs if self.draft_probs is not None else other.draft_probs[:0]
             draft_probs = torch.cat([mine, other.draft_probs])
-        return [(self.drafts, self.drafts.joined(other.drafts)), (self, {"draft_probs": draft_probs, "started": True})]
+        return [
+            (self.drafts, self.drafts.joined(other.drafts)), (self.schedule, self.schedule.joined(other.schedule)),
+            (self, {"draft_probs": draft_probs, "started": True}),
+        ]
 
     def counters(self) -> dict[str, torch.Tensor]:
         return {"drafted": self.drafts.drafted, "accepted": self.drafts.accepted, "corrected": self.drafts.corrected}

@@ -9,10 +9,9 @@ from transformers import GenerationConfig, GenerationMixin, PreTrainedModel, Sto
 from transformers.utils import logging
 
 from .decoding import wedlm_decode
-from .support import check_supported
+from .support import WEDLM, check_supported, is_wedlm_trained
 from .validation import UnsupportedRequest, reject_cache_implementation
 
-WEDLM = "wedlm"
 AUTOREGRESSIVE = ("ar", "autoregressive")
 
 logger = logging.get_logger(__name__)
@@ -111,12 +110,6 @@ def enable(model: PreTrainedModel) -> PreTrainedModel:
         _ENABLED_CLASSES[cls] = type(cls.__name__, (WeDLMGenerationMixin, cls), names)
     model.__class__ = _ENABLED_CLASSES[cls]
     return model
-
-
-def is_wedlm_trained(model: PreTrainedModel) -> bool:
-    """Whether the checkpoint says it was trained for WeDLM decoding: its model type or its decoding default."""
-    generation_config = getattr(model, "generation_config", None)
-    return model.config.model_type == WEDLM or getattr(generation_config, "decoding", None) == WEDLM
 
 
 @functools.cache

@@ -95,10 +95,35 @@ class OutputRecord:
                 stopped &= ~has_eos | (cut < commit_length)
             reason = reason.masked_fill(stopped, ENDED_BY.index(STOP))
             commit_length, finished = cut, finished | stopped
-        ending = finished & (self.finish[state.rows] == 0)
-        self.finish[state.rows] = torch.where(ending, reason, self.finish[state.rows])
+        self._finish_rows(state, finished, reason)
         self._write(state, commit_length, start, offset)
         return finished
+
+    def commit_first(self, state: WindowState) -> torch.Tensor:
+        """`commit(state, ones)`: each running row's slot 0 alone (lossless mode's certain token, every step) in
+        half the ops; the general commit where stopping criteria, a streamer or kept scores need it."""
+        if self.user_criteria or self.row_criteria or self.streamer is not None or self.token_scores:
+            return self.commit(state, torch.ones_like(state.generated))
+        token, running = state.window[:, 0], ~state.done
+        finished = state.generated + 1 >= state.max_new_tokens
+        reason = ENDED_BY.index(LENGTH)
+        if self.eos_ids is not None:
+            is_eos = torch.isin(token, self.eos_ids)
+            finished |= is_eos
+            reason = torch.where(is_eos, ENDED_BY.index(EOS), reason)
+        finished &= running
+        self._finish_rows(state, finished, reason)
+        position, rows = state.generated.masked_fill(state.done, self.discard), state.rows
+        self.new_tokens[rows, position] = token
+        self.fill_step[rows, position] = state.fill_step[:, 0]
+        self.commit_step[rows, position] = self.steps + 1
+        state.generated = state.generated + running
+        return finished
+
+    def _finish_rows(self, state: WindowState, finished: torch.Tensor, reason: torch.Tensor | int) -> None:
+        """Record why the rows `finished` ended (`reason`: an `ENDED_BY` index), unless they had already."""
+        ending = finished & (self.finish[state.rows] == 0)
+        self.finish[state.rows] = torch.where(ending, reason, self.finish[state.rows])
 
     def _write(self, state: WindowState, commit_length: torch.Tensor, start: int, offset: torch.Tensor) -> None:
         """Copy each row's `commit_length` slots from `start` (`offset`: each slot's index within the commit) to

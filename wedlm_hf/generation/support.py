@@ -13,6 +13,8 @@ from transformers import PreTrainedConfig, PreTrainedModel
 
 from .transformers_version import CACHE_KEYWORD
 
+WEDLM = "wedlm"
+
 FORWARD_ARGUMENTS = ("position_ids", CACHE_KEYWORD, "logits_to_keep")
 """Arguments the decoding loop passes to the model's forward."""
 
@@ -95,3 +97,14 @@ def check_supported(model: PreTrainedModel) -> None:
             "decoder-only model whose every layer has full causal attention with RoPE from `position_ids` and a "
             "transformers `Cache`."
         )
+
+
+def is_wedlm_trained(model: PreTrainedModel) -> bool:
+    """Whether the checkpoint says it was trained for WeDLM decoding: its model type, its decoding default, or a
+    mask token in its config (a draft-only adapter's gate and `wedlm-hf finetune` set one)."""
+    generation_config = getattr(model, "generation_config", None)
+    return (
+        model.config.model_type == WEDLM
+        or getattr(generation_config, "decoding", None) == WEDLM
+        or getattr(model.config.get_text_config(), "mask_token_id", None) is not None
+    )
