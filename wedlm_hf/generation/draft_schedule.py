@@ -62,12 +62,13 @@ class DraftSchedule(PerRow):
             probes=torch.zeros_like(generated), most=most, first_try=first_try,
         )
 
-    def first_window(self, entropy: torch.Tensor, threshold: float | None) -> None:
-        """After the first forward: check only the leading drafts whose predictions' `entropy` (rows, slots 1 on)
-        is below the call's finite `wedlm_entropy_threshold`, else below `CONFIDENT_ENTROPY`."""
+    def first_window(self, entropy: torch.Tensor, threshold: float | None, rows: torch.Tensor) -> None:
+        """After the first forward: rows `rows` (a bool per row) check only the leading drafts whose predictions'
+        `entropy` (rows, slots 1 on) is below the call's finite `wedlm_entropy_threshold`, else below
+        `CONFIDENT_ENTROPY`."""
         bound = threshold if threshold is not None and math.isfinite(threshold) else CONFIDENT_ENTROPY
         confident = (entropy[:, : self.most] < bound).int().cumprod(1).sum(1)
-        self.draft_limit = torch.minimum(self.draft_limit, confident)
+        self.draft_limit = torch.where(rows, torch.minimum(self.draft_limit, confident), self.draft_limit)
 
     def adapt(
         self, drafts: torch.Tensor, accepted: torch.Tensor, corrected: torch.Tensor, generated: torch.Tensor,

@@ -120,10 +120,11 @@ class LosslessPolicy:
             scores = self.verifier.scores(state, raw, torch.ones_like(none))
             self._place_certain(state, self.verifier.next_tokens(scores, state)[:, 0], raw, scores)
             self.filler.fill(state, forward.logits, slot_physical, self._fillable(state), self.draft_probs)
-            if self.adaptive and self.trained and not self.verifier.do_sample:  # (sampled drafts pass by p/q)
+            greedy = self._greedy_rows(state)  # (sampled drafts pass by p/q: no cut for those)
+            if self.adaptive and self.trained and greedy is not None:
                 columns = slot_physical[:, 1:].clamp(0, forward.logits.shape[1] - 1)
                 entropy = slot_entropy(gather_columns(forward.logits, columns))
-                self.schedule.first_window(entropy, self.filler.settings.entropy_threshold)
+                self.schedule.first_window(entropy, self.filler.settings.entropy_threshold, greedy)
                 self._limit_window(state)
             self._draft_from_context(state)
             return none
@@ -192,6 +193,13 @@ class LosslessPolicy:
         state.length = self._window_length(state)  # at least 1: a row with no budget left ended at the commit
         self._draft_from_context(state)
         return one
+    def _greedy_rows(self, state: WindowState) -> torch.Tensor | None:
+        """Which running rows decode greedily (per row where rows have their own sampling), or None for none."""
+        sampling = self.record.sampling
+        if sampling is not None and sampling.of_requests:
+            return ~sampling.sample[state.rows]
+        return None if self.verifier.do_sample else torch.ones_like(state.done)
+
     def _source(self, by: torch.Tensor) -> torch.Tensor:
         """(rows, window_size, 1) the slot each slot takes its draft distribution from after a shift by `by` (a
         slot coming from past `window_size` is a mask: its distribution is never read)."""
