@@ -29,7 +29,7 @@ PER_REQUEST = ("max_new_tokens", "stop_strings", "do_sample", "temperature", "to
 """Generation keywords a request of the engine carries for itself; any other override makes a group of its own."""
 
 
-def runs_on_engine(model: PreTrainedModel, generate_kwargs: dict, state: PartialState) -> bool:
+def runs_on_engine(model: PreTrainedModel, generate_kwargs: dict) -> bool:
     """Whether a job decodes with WeDLM on the engine: WeDLM decoding of the whole model on each process (not
     tensor-parallel, where every process runs every batch), without fixed shapes or per-token scores."""
     config = model.generation_config

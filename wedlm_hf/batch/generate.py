@@ -75,7 +75,7 @@ def generate_in_rounds(
     state = process_state()
     bar = tqdm(total=len(rows), unit="row", disable=not (progress and state.is_main_process), dynamic_ncols=True)
     start, tokens, forwards = time.perf_counter(), 0, 0
-    if runs_on_engine(model, generate_kwargs, state):
+    if runs_on_engine(model, generate_kwargs):
         steps = engine_rounds(
             model, tokenizer, rows, token_ids, batch_size, max_padded_tokens, generate_kwargs, state
         )
