@@ -23,14 +23,14 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteriaList
 from transformers import StopStringCriteria
 
-from .history import RequestHistory
-from .padding import left_padded
 from ..generation.attention import MASK_IMPLEMENTATIONS
 from ..generation.decoding import prepare_decoding, start_decoding
 from ..generation.loop import DecodeLoop, RowProgress, first_step
 from ..generation.pool import PoolBackend
 from ..generation.sampling import RowSampling, SamplingParams
 from ..generation.window import InputRow
+from .history import RequestHistory
+from .padding import left_padded
 from .requests import GenerationRequest
 
 

@@ -5,8 +5,8 @@ OpenAI API stay transformers' own.
 
 Per request: the prompt, `max_tokens` (not sent: as many as fit the model's positions), `stop` strings, its
 sampling with OpenAI's meaning (requests.py: temperature, top_p, top_k, min_p, repetition, frequency and presence
-penalties, logit_bias, seed; a seeded request's text does not depend on what else is decoding), streaming and cancellation (a
-client that disconnects mid-stream frees its row at the next step). Shared by every request: other logits
+penalties, logit_bias, seed; a seeded request's text does not depend on what else is decoding), streaming and
+cancellation (a client that disconnects mid-stream frees its row at the next step). Shared by every request: other logits
 processors, EOS and the WeDLM settings, i.e. the model's generation config as `wedlm-hf serve` set it; a request
 that asks for other values of those is refused (HTTP 400, naming the request's fields) rather than silently served
 with the server's.
@@ -20,8 +20,8 @@ from transformers.cli.serving import utils as serving_utils
 
 from ..continuous.manager import ContinuousBatcher
 from ..continuous.requests import GenerationRequest, RequestUpdate
-from .errors import invalid_request
 from ..generation.sampling import SamplingParams
+from .errors import invalid_request
 from .requests import CARRIED, FIELDS
 
 PER_REQUEST = {
