@@ -54,7 +54,10 @@ def test_history_keeps_the_newest_texts_within_its_budget():
     with pytest.raises(ValueError, match="`draft_history`"):
         RequestHistory(0)
 
-def test_serve_refuses_draft_history_without_continuous_batching(capsys):
+@pytest.mark.parametrize(
+    "flags, fix", [([], "add --continuous-batching"), (["--continuous-batching"], "add --lossless")]
+)
+def test_serve_refuses_draft_history_it_cannot_use_before_loading(capsys, flags, fix):
     pytest.importorskip("wedlm_hf.serving", exc_type=ImportError)  # says which transformers it needs
-    assert main(["serve", "--draft-history", "1000", "--port", "1"]) == 1
-    assert "add --continuous-batching" in capsys.readouterr().err
+    assert main(["serve", "--draft-history", "1000", "--port", "1", *flags]) == 1
+    assert fix in capsys.readouterr().err

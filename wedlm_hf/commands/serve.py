@@ -44,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
     defaults = wedlm_keywords(args)  # an option not given is left to the model's generation config
     if args.draft_history is not None and not args.continuous_batching:
         raise ValueError("--draft-history drafts from the requests continuous batching answered: add --continuous-batching")
+    if args.draft_history is not None and defaults.get("wedlm_lossless") is not True:
+        raise ValueError("--draft-history drafts for lossless decoding to verify: add --lossless")
     if args.device != "auto":
         resolve_device(args.device)  # a device this machine lacks is one line now, not a traceback per request
     serve(
