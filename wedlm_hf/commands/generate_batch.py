@@ -171,4 +171,7 @@ def run_batch(args: argparse.Namespace, options: dict, device: "torch.device | N
             f"generation {seconds:.2f} s, {len(todo) / seconds:.2f} rows/s, {tokens / seconds:.1f} tokens/s",
             file=sys.stderr,
         )
+    if state.num_processes > 1:  # leave together: a process exiting under a peer's live gloo group can abort it
+        state.wait_for_everyone()
+        state.destroy_process_group()
     return 0
