@@ -113,19 +113,26 @@ def uses_flash_attention(config: PreTrainedConfig) -> bool:
 
 
 def prebuilt_attention_mask(
-    config: PreTrainedConfig, key_valid: torch.Tensor, query_length: int, dtype: torch.dtype
+    config: PreTrainedConfig, key_valid: torch.Tensor, query_length: int, dtype: torch.dtype,
+    window_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The attention mask of a forward whose `query_length` queries are the last columns of `key_valid` (batch,
-    keys): each query sees the valid keys up to its own column. 4D (batch, 1, queries, keys) for SDPA (boolean)
-    and eager attention (additive); the 2D key mask for every other implementation, which builds its own."""
+    keys): each query sees the valid keys up to its own column, or, among the queries' own columns, those
+    `window_mask` (batch, queries, queries) gives it (a tree). 4D (batch, 1, queries, keys) for SDPA (boolean)
+    and eager attention (additive); the 2D key mask for every other implementation, which builds its own (and
+    gets no tree: `tree.py`)."""
     implementation = getattr(config, "_attn_implementation", None)
     if implementation not in MASK_IMPLEMENTATIONS:
         return key_valid.long()
     batch_size, key_length = key_valid.shape
-    causal = torch.ones(query_length, key_length, dtype=torch.bool, device=key_valid.device).tril(
-        key_length - query_length
-    )
-    mask = key_valid.view(batch_size, 1, 1, key_length) & causal
+    if window_mask is None:
+        order = torch.ones(query_length, key_length, dtype=torch.bool, device=key_valid.device).tril(
+            key_length - query_length
+        )
+    else:
+        past = window_mask.new_ones((batch_size, query_length, key_length - query_length))
+        order = torch.cat([past, window_mask], dim=2)[:, None]
+    mask = key_valid.view(batch_size, 1, 1, key_length) & order
     return additive_mask(mask, dtype) if implementation == "eager" else mask
 
 

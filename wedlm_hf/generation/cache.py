@@ -30,11 +30,22 @@ class WeDLMCache(DynamicCache):
         """Which keys the next forward may attend to: the committed columns, then this window's live slots."""
         return torch.cat([self.key_mask, window_valid.bool()], dim=1)
 
-    def commit(self, num_committed: torch.Tensor, kept: int, longest_valid: int) -> None:
-        """After a forward, keep each row's first `num_committed` window K/V; `kept` is `num_committed.max()`
-        and `longest_valid` the largest `valid_per_row` after this commit, both read by the caller."""
-        window_length = self.get_seq_length() - self.key_mask.shape[1]
-        if kept < window_length:  # (a one-token forward that keeps its token crops nothing)
+    def commit(
+        self, num_committed: torch.Tensor, kept: int, longest_valid: int, columns: torch.Tensor | None = None
+    ) -> None:
+        """After a forward, keep each row's first `num_committed` window K/V (those at the window's `columns`
+        (rows, n >= kept), in that order, where given); `kept` is `num_committed.max()` and `longest_valid` the
+        largest `valid_per_row` after this commit, both read by the caller."""
+        committed_width = self.key_mask.shape[1]
+        window_length = self.get_seq_length() - committed_width
+        if columns is not None:  # a tree: the kept K/V gathered into order, the rest dropped
+            index = columns[:, None, :kept, None].clamp(max=window_length - 1)  # (past a row's count: unread)
+            for layer in self.layers:
+                for name in ("keys", "values"):
+                    values = getattr(layer, name)
+                    window = values[:, :, committed_width:].gather(2, index.expand(-1, *values.shape[1:2], -1, values.shape[-1]))
+                    setattr(layer, name, torch.cat([values[:, :, :committed_width], window], dim=2))
+        elif kept < window_length:  # (a one-token forward that keeps its token crops nothing)
             self.crop(kept - window_length)
         slots = torch.arange(kept, device=num_committed.device)
         self.key_mask = torch.cat([self.key_mask, slots[None, :] < num_committed[:, None]], dim=1)

@@ -17,6 +17,7 @@ import torch
 from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
+from .attention import MASK_IMPLEMENTATIONS
 from .dynamic import DynamicBackend
 from .fill import SlotFiller
 from .lossless import LosslessPolicy
@@ -192,10 +193,29 @@ def start_decoding(
         lookup = None
         if settings.prompt_lookup or history is not None:
             lookup = PromptLookup(settings.prompt_lookup_ngram, settings.prompt_lookup_tokens, history)
-        policy = LosslessPolicy(layout, record, filler, state, adaptive, verifier, lookup, is_wedlm_trained(model))
+        tree = lookup is not None and trees_allowed(model, settings, logits_processor, record, do_sample)
+        policy = LosslessPolicy(
+            layout, record, filler, state, adaptive, verifier, lookup, is_wedlm_trained(model), tree
+        )
     else:
         policy = PlainPolicy(layout, record, filler, blockwise=settings.blockwise)
     return DecodeLoop(state, layout, record, policy, DynamicBackend(model, mask, prompt_padded))
+
+
+def trees_allowed(
+    model: PreTrainedModel, settings: WeDLMSettings, processors: LogitsProcessorList, record: OutputRecord,
+    do_sample: bool,
+) -> bool:
+    """Whether lossless mode may verify lookup drafts as a branch beside the window's (`tree.py`): a 4D mask the
+    attention takes, forwards of free width, scores that read no prefix (processors left after per-row sampling
+    took what it could; penalties are refused per row) and none kept, random draws keyed per row."""
+    return (
+        getattr(model.config, "_attn_implementation", None) in MASK_IMPLEMENTATIONS
+        and not settings.static
+        and not processors
+        and not record.token_scores
+        and (not do_sample or record.sampling is not None)
+    )
 
 
 def static_backend(

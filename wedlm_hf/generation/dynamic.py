@@ -34,9 +34,10 @@ class DynamicBackend:
         """The sizes `commit` needs, read in the step sync: the largest commit and the longest row after it."""
         return [committed.max(), (self.cache.valid_per_row + committed).max()]
 
-    def commit(self, committed: torch.Tensor, values: list[int]) -> None:
-        """Keep each row's first `committed` K/V of the last forward's window (`values`: `sync_values`, read)."""
-        self.cache.commit(committed, *values)
+    def commit(self, committed: torch.Tensor, values: list[int], columns: torch.Tensor | None = None) -> None:
+        """Keep each row's first `committed` K/V of the last forward's window, at its fed `columns` if given
+        (`values`: `sync_values`, read)."""
+        self.cache.commit(committed, *values, columns)
 
     def select_rows(self, index: torch.Tensor, kept: list[RunningRow]) -> None:
         """Only running rows `kept` (`index` on the device) go on: every layer's K/V are index-selected."""
@@ -55,14 +56,16 @@ class DynamicBackend:
         window_live: torch.Tensor,
         mask_slots: torch.Tensor,
         logits_to_keep: int,
+        window_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The model's forward over the fed columns (`window_live`: the live window slots among them), under the
-        step's prebuilt mask (`mask_slots`: which of the last columns are mask slots); returns the logits of the last `logits_to_keep` columns."""
+        step's prebuilt mask (`mask_slots`: which of the last columns are mask slots; `window_mask`: a tree's, among the
+        fed columns); returns the logits of the last `logits_to_keep` columns."""
         model, past_length = self.model, self.cache.get_seq_length()
         attention_mask = None
         if input_ids.shape[1] > 1 or not self.all_keys_valid:
             attention_mask = prebuilt_attention_mask(
-                model.config, self.cache.key_valid(window_live), input_ids.shape[1], model.dtype
+                model.config, self.cache.key_valid(window_live), input_ids.shape[1], model.dtype, window_mask
             )
         batch_size, fed = input_ids.shape
         kwargs = flash_sequence_lengths(model.config, batch_size, fed, past_length, input_ids.device)

@@ -7,66 +7,24 @@
     kept    = policy.update(...)           shift, fill, verify; the K/V the cache keeps, applied at the next sync
 
 Policies (plain.py, lossless.py) and backends (dynamic.py, pool.py) are objects handed to `run`, as
-transformers' assisted-decoding loop is handed a candidate generator; a new one implements the Protocol below.
+transformers' assisted-decoding loop is handed a candidate generator; a new one implements a protocol of
+protocols.py.
 `DecodeLoop` holds the loop between steps, so continuous batching can join rows at a step boundary, and rows can
 move to another backend after their first step (`hand_over`: the prompt's forward runs on the dynamic backend,
 the steps after it on a pool of preallocated K/V).
 """
 
 from dataclasses import dataclass, replace
-from typing import Protocol
 
 import torch
 
 from .outputs import ENDED_BY, WeDLMStats
+from .protocols import ForwardBackend, StepPolicy
 from .record import OutputRecord
+from .tree import branch_inputs
 from .window import (
-    Forward, InputRow, RunningRow, StepPlan, Updates, WindowLayout, WindowState, feed_order, swap_in,
+    Forward, InputRow, Kept, RunningRow, StepPlan, WindowLayout, WindowState, feed_order, swap_in,
 )
-
-
-class StepPolicy(Protocol):
-    counter_names: tuple[str, ...]
-    """Names of the per-row counters `counters()` reports, besides the window state's own."""
-
-    def plan(self, state: WindowState) -> StepPlan: ...
-
-    def checked(self, values: list[int]) -> None:
-        """Act on the values of `StepPlan.checks`, read in the sync (e.g. raise)."""
-
-    def update(self, state: WindowState, plan: StepPlan, forward: Forward) -> torch.Tensor:
-        """Consume the forward; return per row how many K/V of its window the cache keeps."""
-
-    def select_rows(self, index: torch.Tensor) -> None: ...
-
-    def joined_rows(self, other: "StepPolicy") -> Updates:
-        """The row state of `other` (a policy of the same kind) appended to this one's, built, not yet set."""
-
-    def counters(self) -> dict[str, torch.Tensor]: ...
-
-
-class ForwardBackend(Protocol):
-    def shape(self, fed: int, mask_columns: int) -> tuple[int, int]:
-        """The width a forward feeds and the mask columns in it, from the sync's values."""
-
-    def sync_values(self, committed: torch.Tensor) -> list[torch.Tensor]:
-        """0-dim tensors `commit` needs, read in the step sync."""
-
-    def commit(self, committed: torch.Tensor, values: list[int]) -> None: ...
-
-    def select_rows(self, index: torch.Tensor, kept: list[RunningRow]) -> None:
-        """Only running rows `kept` (`index`: the same on the device) go on."""
-
-    def joined_rows(self, other: "ForwardBackend") -> Updates:
-        """The rows of `other` (a `DynamicBackend` after their first step) appended, e.g. their cached K/V: built
-        (without changing what the running rows read), not yet set."""
-
-    def forward(
-        self, input_ids: torch.Tensor, position_ids: torch.Tensor, window_live: torch.Tensor,
-        mask_slots: torch.Tensor, logits_to_keep: int,
-    ) -> torch.Tensor:
-        """The logits of the last `logits_to_keep` fed columns; `mask_slots` (rows, columns) marks which of the last
-        columns are mask slots (`mask_slots.forward_with_mask_slots`, for layers that act there alone)."""
 
 
 @dataclass
@@ -81,6 +39,8 @@ class StepSync:
     """Indices (into the running rows) of the rows that go on."""
     cache_values: list[int]
     checks: list[int]
+    branch_width: int = 0
+    """The most branch tokens of a running row (`tree.py`): columns fed before the windows."""
 
 
 def step_sync(
@@ -94,20 +54,23 @@ def step_sync(
     backend needs to apply `kept` (the last forward's cache commit, if any) and the plan's checks."""
     done = state.done
     cache_values = backend.sync_values(kept) if kept is not None else []
+    branches = torch.zeros_like(plan.length) if plan.branch_count is None else plan.branch_count
     summary = torch.stack(
         [
             plan.length.masked_fill(done, 0).max(),
             plan.filled.sum(1).masked_fill(done, layout.width).min(),
+            branches.masked_fill(done, 0).max(),
             *cache_values,
             *(check.long() for check in plan.checks),
         ]
     )
     host = torch.cat([summary, done.long()]).tolist()
-    fed, fewest_filled = host[:2]
-    values = host[2 : 2 + len(cache_values)]
-    checks = host[2 + len(cache_values) : 2 + len(cache_values) + len(plan.checks)]
-    ended = host[2 + len(cache_values) + len(plan.checks) :]
-    return StepSync(fed, fed - fewest_filled, [row for row, end in enumerate(ended) if not end], values, checks)
+    fed, fewest_filled, branch_width = host[:3]
+    values = host[3 : 3 + len(cache_values)]
+    checks = host[3 + len(cache_values) : 3 + len(cache_values) + len(plan.checks)]
+    ended = host[3 + len(cache_values) + len(plan.checks) :]
+    running = [row for row, end in enumerate(ended) if not end]
+    return StepSync(fed, fed - fewest_filled, running, values, checks, branch_width)
 
 
 def feed(
@@ -131,13 +94,19 @@ def feed(
         mask_slots = (live & ~plan.filled).gather(1, fed_order[:, fed - mask_columns :])
         input_ids = state.window.gather(1, fed_order)
         position_ids = (state.first_position + plan.start)[:, None] + fed_order
-    with_prompt = state.prompt is not None
+    with_prompt, branch_width, window_mask = state.prompt is not None, sync.branch_width, None
     if with_prompt:
         input_ids = torch.cat([state.prompt, input_ids], dim=1)
         position_ids = torch.cat([state.prompt_positions, position_ids], dim=1)
         state.prompt = state.prompt_positions = None
+    elif branch_width:  # a tree (tree.py): the branch's columns first, seen by none of the window's
+        branch_ids, branch_positions, branch_live, window_mask = branch_inputs(plan, state, branch_width, fed)
+        input_ids, position_ids = torch.cat([branch_ids, input_ids], 1), torch.cat([branch_positions, position_ids], 1)
+        fed_live = torch.cat([branch_live, fed_live], dim=1)
+        state.processed = state.processed + plan.branch_count
     # with the prompt, one more column: the last prompt token's logits, the AR prediction of the first new token
-    logits = backend.forward(input_ids, position_ids, fed_live, mask_slots, logits_to_keep=keep + int(with_prompt))
+    before = int(with_prompt) + branch_width
+    logits = backend.forward(input_ids, position_ids, fed_live, mask_slots, keep + before, window_mask)
     if layout.suppressed is not None:
         logits = logits.index_fill(-1, layout.suppressed, float("-inf"))
     record.steps += 1
@@ -148,6 +117,7 @@ def feed(
         prompt_logits=logits[:, 0] if with_prompt else None,
         fed=fed,
         mask_columns=mask_columns,
+        branch_logits=logits[:, :branch_width] if branch_width else None,
     )
 
 
@@ -179,16 +149,17 @@ class DecodeLoop:
         self.state, self.layout, self.record, self.policy, self.backend = state, layout, record, policy, backend
         self.plan: StepPlan | None = None
         self.sync: StepSync | None = None
-        self.kept: torch.Tensor | None = None
+        self.kept: Kept | None = None
         """Per row, the K/V of the last forward's window to keep; applied at the next sync."""
 
     def settle(self) -> list[RunningRow]:
         """Plan the next forward, read the host once, apply the last commit; return the indices (into the rows
         before) of the rows that go on, the others having left."""
         self.plan = self.policy.plan(self.state)
-        self.sync = sync = step_sync(self.state, self.layout, self.plan, self.kept, self.backend)
-        if self.kept is not None:
-            self.backend.commit(self.kept, sync.cache_values)
+        kept = self.kept
+        self.sync = sync = step_sync(self.state, self.layout, self.plan, kept and kept.count, self.backend)
+        if kept is not None:
+            self.backend.commit(kept.count, sync.cache_values, kept.columns)
             self.kept = None
         if len(sync.running) < self.state.rows.shape[0]:
             self.keep_rows(sync.running)
@@ -223,7 +194,7 @@ class DecodeLoop:
             else:  # the widest window and the fewest filled slots over both batches, as one sync over all reads them
                 fewest_filled = min(self.sync.fed - self.sync.mask_columns, other.sync.fed - other.sync.mask_columns)
                 fed = max(self.sync.fed, other.sync.fed)
-                sync = StepSync(fed, fed - fewest_filled, [], [], [])
+                sync = StepSync(fed, fed - fewest_filled, [], [], [], max(self.sync.branch_width, other.sync.branch_width))
             updates += [
                 (self.state, self.state.joined(theirs)),
                 (self.plan, self.plan.joined(other.plan)),

@@ -25,8 +25,9 @@ from .fill import SlotFiller, gather_columns
 from .record import OutputRecord
 from .selection import slot_entropy
 from .lookup import PromptLookup
+from .tree import Branch, verify as verify_tree
 from .verify import Verifier, greedy_accept
-from .window import Forward, PerRow, StepPlan, Updates, WindowLayout, WindowState, leading_filled, shift
+from .window import Forward, Kept, PerRow, StepPlan, Updates, WindowLayout, WindowState, leading_filled, shift
 
 class MaskTokenPredicted(ValueError):
     """The model's greedy next token is the mask token in input rows `rows`: lossless cannot go on in those."""
@@ -58,14 +59,14 @@ class LosslessPolicy:
     `draft_limit + 2` slots, as `wedlm_draft_schedule="adaptive"` sets it (`draft_schedule.py`); `"full"` drafts
     every slot of a `window_size` window, always. With prompt lookup (`lookup.py`), a row whose slot after the
     certain token holds no mask prediction takes the context's continuation there, whatever its `draft_limit`:
-    such a draft costs no forward of its own.
-    """
+    such a draft costs no forward of its own. With `tree`, every row's lookup drafts are verified beside its window's
+    (`tree.py`)."""
 
     counter_names = ("drafted", "accepted", "corrected")
 
     def __init__(
         self, layout: WindowLayout, record: OutputRecord, filler: SlotFiller, state: WindowState, adaptive: bool,
-        verifier: Verifier, lookup: PromptLookup | None = None, trained: bool = True,
+        verifier: Verifier, lookup: PromptLookup | None = None, trained: bool = True, tree: bool = False,
     ):
         self.layout = layout
         self.record = record
@@ -80,6 +81,8 @@ class LosslessPolicy:
             lookup_ok=torch.ones_like(state.done),
         )
         self.trained = trained
+        self.branch = Branch.empty(length, min(lookup.tokens, layout.window_size - 1)) if tree and lookup else None
+        """With trees: each row's lookup branch, verified beside its window (`tree.py`)."""
         self.schedule = DraftSchedule.starting(state.generated, layout.window_size, trained)
         """The adaptive schedule's row state (with `"full"`, only its `most` is read)."""
         self.draft_probs: torch.Tensor | None = None
@@ -92,7 +95,8 @@ class LosslessPolicy:
     def plan(self, state: WindowState) -> StepPlan:
         if not self.started:
             filled, none = state.window != self.layout.mask_id, torch.zeros_like(state.length)
-            return StepPlan(length=state.length.clone(), start=state.generated, filled=filled, leading=none)
+            return StepPlan(length=state.length.clone(), start=state.generated, filled=filled, leading=none,
+                            **self._branch_plan())
         # 1. the certain token is committed now; its K/V come from the forward below
         filled, leading = leading_filled(state, self.layout)
         start = state.generated
@@ -101,13 +105,19 @@ class LosslessPolicy:
         #    mask slots as there are drafts, so that if all are accepted the next window is already predicted
         length = torch.minimum(state.length + (leading - 1), state.max_new_tokens - start)
         self.mask_rows = torch.where(self.drafts.mask_predicted, state.rows, -1)  # read only if the check fails
-        return StepPlan(length, start, filled, leading, all_columns=True, checks=(self.drafts.mask_predicted.any(),))
+        checks = (self.drafts.mask_predicted.any(),)
+        return StepPlan(length, start, filled, leading, all_columns=True, checks=checks, **self._branch_plan())
+
+    def _branch_plan(self) -> dict:
+        branch = self.branch
+        return {} if branch is None else {"branch_tokens": branch.tokens, "branch_depth": branch.depth,
+                                          "branch_count": branch.count}
 
     def checked(self, values: list[int]) -> None:
         if values and values[0]:
             raise MaskTokenPredicted([row for row in self.mask_rows.tolist() if row >= 0])
 
-    def update(self, state: WindowState, plan: StepPlan, forward: Forward) -> torch.Tensor:
+    def update(self, state: WindowState, plan: StepPlan, forward: Forward) -> Kept:
         """Verify, commit and draft from this forward; returns the K/V per row the cache keeps."""
         if not self.started:
             self.started = True
@@ -127,38 +137,49 @@ class LosslessPolicy:
                 self.schedule.first_window(entropy, self.filler.settings.entropy_threshold, greedy)
                 self._limit_window(state)
             self._draft_from_context(state)
-            return none
-        if forward.fed == 1 and not state.scores.kinds:
+            return Kept(none)
+        if forward.fed == 1 and not state.scores.kinds and forward.branch_logits is None:
             return self._ar_only_update(state, plan, forward)
         window_size, drafts, logits, fed = self.layout.window_size, plan.leading - 1, forward.logits, forward.fed
         slots, verifier = self.layout.slots, self.verifier
         ar_columns = forward.physical[:, :window_size].clamp(max=fed - 1)  # the certain token's and each draft's
         draft_tokens = state.window[:, 1:window_size]
         raw = scores = gather_columns(logits, ar_columns) if verifier.needs_scores or state.scores.kinds else None
+        chosen = None if verifier.needs_scores else logits.argmax(-1).gather(1, ar_columns)
+        draft_probs = None if self.draft_probs is None else self.draft_probs[:, 1:window_size]
         if verifier.needs_scores:
             scores = verifier.scores(state, raw, plan.leading)
-            draft_probs = None if self.draft_probs is None else self.draft_probs[:, 1:window_size]
+        took = branch_columns = None
+        if forward.branch_logits is not None:  # a tree: the window's drafts, or the branch from where it leaves them
+            branch = self.branch
+            accepted, took, committed, next_certain = verify_tree(
+                verifier, state, scores, chosen, draft_tokens, drafts, draft_probs, branch, forward.branch_logits
+            )
+            branch.write(state.window, state.fill_step, took, committed + 1 - branch.depth, self.record.steps)
+            branch_columns = branch.kept_columns(took, forward.branch_logits.shape[1], window_size)
+        elif verifier.needs_scores:
             accepted, next_certain = verifier.verify(scores, draft_tokens, drafts, draft_probs, state)
         else:
-            in_draft = slots[:, : window_size - 1] < drafts[:, None]
-            accepted, next_certain = greedy_accept(logits.argmax(-1).gather(1, ar_columns), draft_tokens, in_draft)
-        corrected = accepted < drafts
+            accepted, next_certain = greedy_accept(chosen, draft_tokens, slots[:, : window_size - 1] < drafts[:, None])
+        committed = accepted if took is None else committed
+        corrected = accepted < drafts  # (a row whose branch extends all its drafts keeps the predictions past it)
         counts = self.drafts
-        counts.drafted, counts.accepted = counts.drafted + drafts, counts.accepted + accepted
+        checked = drafts if took is None else drafts + plan.branch_count
+        counts.drafted, counts.accepted = counts.drafted + checked, counts.accepted + committed
         counts.corrected = counts.corrected + corrected
-        if self.lookup is not None:
+        if self.lookup is not None and took is None:
             counts.lookup_ok = ~counts.from_lookup | (accepted > 0)
         # 3. commit the accepted drafts (their K/V are this forward's), then the verified token becomes certain; each
         #    committed token carries the logits and scores of the position before it
         if state.scores.kinds:
             state.scores.place(slice(1, window_size), raw[:, : window_size - 1], scores[:, : window_size - 1])
-        if fed > 1:  # an AR-only forward (one column per row) verified no drafts: nothing more to commit
-            state.done |= self.record.commit(state, accepted, start=1)
+        if fed > 1 or took is not None:  # an AR-only forward (one column per row) verified no drafts
+            state.done |= self.record.commit(state, committed, start=1)
         certain_raw = None if raw is None else gather_columns(raw, accepted[:, None])
         certain_scores = None if scores is None else gather_columns(scores, accepted[:, None])
-        slot_physical = shift(state, self.layout, 1 + accepted, plan.length, forward.physical)
+        slot_physical = shift(state, self.layout, 1 + committed, plan.length, forward.physical)
         if self.draft_probs is not None:
-            self.draft_probs = self.draft_probs.gather(1, self._source(1 + accepted).expand_as(self.draft_probs))
+            self.draft_probs = self.draft_probs.gather(1, self._source(1 + committed).expand_as(self.draft_probs))
         state.window = state.window.masked_fill(corrected[:, None] & (slots >= 1), self.layout.mask_id)
         self._place_certain(state, next_certain, certain_raw, certain_scores)
         # 4. new drafts from this forward's mask predictions; after a correction every one of them saw the rejected
@@ -174,7 +195,7 @@ class LosslessPolicy:
             self.schedule.adapt(*checked, state.generated, counts.accepted)
         self._limit_window(state)
         self._draft_from_context(state)
-        return 1 + accepted
+        return Kept(1 + committed, branch_columns)
 
     def _ar_only_update(self, state: WindowState, plan: StepPlan, forward: Forward) -> torch.Tensor:
         """`update` after a forward of one column per row (every window is the certain token alone): its chosen
@@ -192,7 +213,7 @@ class LosslessPolicy:
             self.schedule.probe(self.schedule.draft_limit, state.generated)
         state.length = self._window_length(state)  # at least 1: a row with no budget left ended at the commit
         self._draft_from_context(state)
-        return one
+        return Kept(one)
 
     def _greedy_rows(self, state: WindowState) -> torch.Tensor | None:
         """Which running rows decode greedily (per row where rows have their own sampling), or None for none."""
@@ -213,10 +234,19 @@ class LosslessPolicy:
         first window's confidence or a partial acceptance, keeps its mask drafts: on the embedded checkpoint's
         counting prompts lookup there cost 10.0 -> 7.2 tokens per forward); `"full"`, unless the row's last lookup
         drafts all failed (the two sources then take turns). A failed lookup draft would cost a row whose mask drafts
-        pass the forward predicting its next ones."""
+        pass the forward predicting its next ones. With trees, every row's lookup drafts become its branch instead
+        (unless its sampling has penalties, whose scores a branch would need along its own prefix): a failed branch
+        costs its columns, not the window's predictions."""
         if self.lookup is None:
             return
         rows = self.drafts
+        if self.branch is not None:
+            tokens, count = self.lookup.continuation(self.record, state)
+            penalised = None if self.record.sampling is None else self.record.sampling.penalised
+            eligible = torch.ones_like(state.done) if penalised is None else ~penalised[state.rows]
+            room = torch.clamp(state.max_new_tokens - state.generated, max=self.layout.window_size)
+            self.branch.propose(state.window, self.layout.mask_id, tokens, count.masked_fill(~eligible, 0), room)
+            return
         eligible = state.window[:, 1] == self.layout.mask_id
         eligible &= self.schedule.draft_limit == 0 if self.adaptive else rows.lookup_ok
         rows.from_lookup = self.lookup.draft(self.record, state, self.layout, eligible, self.draft_probs)
@@ -249,6 +279,8 @@ class LosslessPolicy:
     def select_rows(self, index: torch.Tensor) -> None:
         self.drafts.select(index)
         self.schedule.select(index)
+        if self.branch is not None:
+            self.branch.select(index)
         if self.draft_probs is not None:
             self.draft_probs = self.draft_probs[index]
 
@@ -258,9 +290,10 @@ class LosslessPolicy:
         if other.draft_probs is not None:
             mine = self.draft_probs if self.draft_probs is not None else other.draft_probs[:0]
             draft_probs = torch.cat([mine, other.draft_probs])
+        branch = [] if self.branch is None else [(self.branch, self.branch.joined(other.branch))]
         return [
             (self.drafts, self.drafts.joined(other.drafts)), (self.schedule, self.schedule.joined(other.schedule)),
-            (self, {"draft_probs": draft_probs, "started": True}),
+            *branch, (self, {"draft_probs": draft_probs, "started": True}),
         ]
 
     def counters(self) -> dict[str, torch.Tensor]:

@@ -5,7 +5,7 @@ import torch
 
 from .fill import SlotFiller
 from .record import OutputRecord
-from .window import Forward, StepPlan, Updates, WindowLayout, WindowState, leading_filled, shift
+from .window import Forward, Kept, StepPlan, Updates, WindowLayout, WindowState, leading_filled, shift
 
 
 class PlainPolicy:
@@ -29,13 +29,13 @@ class PlainPolicy:
     def checked(self, values: list[int]) -> None:
         """No checks of its own."""
 
-    def update(self, state: WindowState, plan: StepPlan, forward: Forward) -> torch.Tensor:
+    def update(self, state: WindowState, plan: StepPlan, forward: Forward) -> Kept:
         """Drop the committed slots, fill from this forward; returns the K/V per row the cache keeps."""
         slot_physical = shift(state, self.layout, plan.leading, plan.length, forward.physical)
         self.filler.fill(
             state, forward.logits, slot_physical, state.window[:, : self.layout.window_size] == self.layout.mask_id
         )
-        return plan.leading
+        return Kept(plan.leading)
 
     def select_rows(self, index: torch.Tensor) -> None:
         """No row state of its own."""

@@ -91,6 +91,16 @@ class KVPool(Cache):
             updates.append((layer, values))
         return updates
 
+    def gather_window(self, rows: torch.Tensor, columns: torch.Tensor) -> None:
+        """Pool rows `rows` take, at their window's first columns, the K/V their last forward wrote at window
+        columns `columns` (rows, n): a tree's kept K/V moved into order."""
+        end, last = self.end[rows][:, None], self.max_cache_len - 1
+        source = (end + columns).clamp(max=last)
+        target = (end + torch.arange(columns.shape[1], device=columns.device)).clamp(max=last)
+        for layer in self.layers:
+            for values in (layer.keys, layer.values):  # (indexed: rows, columns, heads, head_dim)
+                values[rows[:, None], :, target] = values[rows[:, None], :, source]
+
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
         return self.layers[layer_idx].update(key_states, value_states, self.write_columns, self.view)
 
@@ -98,9 +108,12 @@ class KVPool(Cache):
         """The longest row's K/V (a tensor, like `StaticLayer`'s, so no host sync)."""
         return self.end.max()
 
-    def begin_forward(self, window_live: torch.Tensor, view: tuple[int, int]) -> torch.Tensor:
+    def begin_forward(
+        self, window_live: torch.Tensor, view: tuple[int, int], window_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Prepare a forward over the first `view[0]` pool rows and `view[1]` columns, whose windows' live slots
-        are `window_live` (a free row: none): set where it writes and return its (rows, 1, fed, columns) mask."""
+        are `window_live` (a free row: none): set where it writes and return its (rows, 1, fed, columns) mask
+        (among the fed columns, causal order, or `window_mask` (rows, fed, fed): a tree's)."""
         rows, length = view
         fed = window_live.shape[1]
         end, columns = self.end[:rows], torch.arange(length, device=window_live.device)
@@ -109,8 +122,12 @@ class KVPool(Cache):
         in_window = (offset >= 0) & (offset < fed) & window_live.bool().gather(1, offset.clamp(0, fed - 1))
         valid = (offset < 0) | in_window
         keys = columns[None, None, :]
+        order = keys <= queries[..., None]
+        if window_mask is not None:
+            tree = window_mask.gather(2, offset.clamp(0, fed - 1)[:, None, :].expand(-1, fed, -1))
+            order = torch.where(in_window[:, None, :], tree, order)
         # every query sees at least itself, so dead queries never meet an all-masked row (NaN)
-        mask = ((keys <= queries[..., None]) & valid[:, None, :]) | (keys == queries[..., None])
+        mask = (order & valid[:, None, :]) | (keys == queries[..., None])
         self.write_columns, self.view = queries, view
         if self.mask_dtype is not None:
             mask = additive_mask(mask, self.mask_dtype)
@@ -167,8 +184,11 @@ class PoolBackend:
             return []
         return [(self.cache.end[self.index] + committed).max()]
 
-    def commit(self, committed: torch.Tensor, values: list[int]) -> None:
-        """Each running row keeps its first `committed` window K/V: its `end` moves past them."""
+    def commit(self, committed: torch.Tensor, values: list[int], columns: torch.Tensor | None = None) -> None:
+        """Each running row keeps its first `committed` window K/V (those at its fed `columns`, moved into order,
+        where given): its `end` moves past them."""
+        if columns is not None:
+            self.cache.gather_window(self.index, columns)
         self.cache.end.index_add_(0, self.index, committed)
         if values:
             self.longest = values[0]
@@ -214,6 +234,7 @@ class PoolBackend:
         window_live: torch.Tensor,
         mask_slots: torch.Tensor,
         logits_to_keep: int,
+        window_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The forward over the pool rows up to the highest in use (with `fixed_width`, all), the running rows'
         inputs at their pool rows and dead rows elsewhere, under the pool's 4D mask; returns the running rows'
@@ -229,7 +250,8 @@ class PoolBackend:
             input_ids = self._placed(input_ids, self.mask_id, view[0])
             placed_rows = (self._placed(values, 0, view[0]) for values in (position_ids, window_live, mask_slots))
             position_ids, window_live, mask_slots = placed_rows
-        attention_mask = self.cache.begin_forward(window_live, view)
+            window_mask = None if window_mask is None else self._placed(window_mask, False, view[0])
+        attention_mask = self.cache.begin_forward(window_live, view, window_mask)
         call = self.compiled_call if self.compiled_call is not None else self.model
         logits = window_forward(
             call, self.cache, input_ids, attention_mask, position_ids, logits_to_keep, mask_slots,

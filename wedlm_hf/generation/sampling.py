@@ -24,9 +24,9 @@ from .draws import draw, draw_key, keyed_uniforms, row_key
 from .penalties import SeenTokens
 from .window import Updates
 
-FILL, ACCEPT, NEXT = 0, 1, 2
+FILL, ACCEPT, NEXT, BRANCH = 0, 1, 2, 3
 """What a row's random numbers of one forward are for (each keyed apart): mask slots drafted, drafts' acceptance
-tests, the token after the verified ones."""
+tests, the token after the verified ones, a second branch's acceptance tests (`tree.py`)."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,10 @@ class RowSampling:
         self.any_top_p = any(p.top_p < 1 and p.do_sample for p in params)
         self.any_min_p = any(p.min_p > 0 and p.do_sample for p in params)
         self.may_sample = self.any_sample or of_requests
+        self.penalised = None
+        """(rows,) whether a row's scores read its prefix (a penalty), or None where no row's do."""
+        if self.any_repetition or self.any_openai:
+            self.penalised = (self.repetition != 1) | (self.frequency != 0) | (self.presence != 0)
         self.biases = [(row, token, bias) for row, p in enumerate(params) for token, bias in p.logit_bias]
         self._bias: torch.Tensor | None = None
         self.counted_from: torch.Tensor | None = None

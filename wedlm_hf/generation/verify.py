@@ -117,19 +117,30 @@ def _speculative(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Speculative sampling of every row: drafts pass while `uniform` * q < p, then one token from p (or from
     the residual after a rejection), drawn with `final` (n, 1) uniforms, else torch's global generator."""
-    probs = torch.softmax(scores, dim=-1)
+    accepted, target = speculative_target(torch.softmax(scores, dim=-1), drafts, draft_count, draft_probs, in_draft,
+                                          uniform)
+    if final is None:
+        return accepted, torch.multinomial(target, 1).squeeze(1)
+    return accepted, draw(target[:, None], final)[:, 0]
+
+
+def speculative_target(
+    probs: torch.Tensor, drafts: torch.Tensor, draft_count: torch.Tensor, draft_probs: torch.Tensor,
+    in_draft: torch.Tensor, uniform: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """How many drafts pass (while `uniform` * q < p, `probs` p (rows, k + 1, vocab)), and the (rows, vocab)
+    unnormalised distribution the next token is drawn from: p after the last passing draft, or, after a
+    rejection, p less the q the rejected draft was drawn from (what that draw did not cover)."""
     p_draft = probs[:, :-1].gather(-1, drafts[..., None]).squeeze(-1)
     q_draft = draft_probs.gather(-1, drafts[..., None]).squeeze(-1)
     passes = (uniform * q_draft < p_draft) & in_draft
     accepted = passes.int().cumprod(1).sum(1)
     target = _at(probs, accepted)
-    if drafts.shape[1]:  # a failed draft: p less the q it was drawn from covers what that draw did not
+    if drafts.shape[1]:
         residual = (target - _at(draft_probs, accepted.clamp(max=drafts.shape[1] - 1))).clamp(min=0)
         rejected = (accepted < draft_count) & (residual.sum(-1) > 0)
         target = torch.where(rejected[:, None], residual, target)
-    if final is None:
-        return accepted, torch.multinomial(target, 1).squeeze(1)
-    return accepted, draw(target[:, None], final)[:, 0]
+    return accepted, target
 
 
 def greedy_accept(

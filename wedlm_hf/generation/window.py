@@ -182,6 +182,11 @@ class StepPlan(PerRow):
     """Whether the policy needs the logits of every fed column, not only of the mask columns."""
     checks: tuple[torch.Tensor, ...] = ()
     """Read in the sync of the plan's own rows (a joining batch's, in its own sync)."""
+    branch_tokens: torch.Tensor | None = None
+    """(rows, size) a branch verified beside the window (`tree.py`), for slots `branch_depth` on, `branch_count`
+    tokens of it (0: none); None where the policy builds no trees."""
+    branch_depth: torch.Tensor | None = None
+    branch_count: torch.Tensor | None = None
 
 
 @dataclass
@@ -197,6 +202,17 @@ class Forward:
     fed: int
     mask_columns: int
     """How many of the last fed columns hold mask slots in every row."""
+    branch_logits: torch.Tensor | None = None
+    """(rows, branch width, vocab) the logits of the branch columns fed before the window, or None."""
+
+
+@dataclass
+class Kept:
+    """What the cache keeps of a forward, per row: `count` K/V in window order, at the fed `columns` (rows, n >=
+    count) where a tree reordered them (None: the first fed columns)."""
+
+    count: torch.Tensor
+    columns: torch.Tensor | None = None
 
 
 def leading_filled(
