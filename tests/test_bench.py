@@ -1,4 +1,5 @@
-"""`wedlm-hf bench` end to end on tiny random models: every arm, table, JSON and PNG, and sane agreements."""
+"""`wedlm-hf bench` end to end on tiny random models: every arm, table, JSON and PNG, sane agreements, and the
+history arm drafting from the prompts answered before (the `repeated` set, also on the embedded checkpoint)."""
 
 import argparse
 import json
@@ -13,7 +14,7 @@ from wedlm_hf.cli import main
 
 ALL_ARMS = {
     "ar", "prompt_lookup", "wedlm", "wedlm_blockwise", "wedlm_lossless", "wedlm_lossless_lookup",
-    "wedlm_lossless_sampled", "nocache",
+    "wedlm_lossless_history", "wedlm_lossless_sampled", "nocache",
     "wedlm@1slot", "wedlm@0.5", "wedlm_blockwise@1slot", "wedlm_blockwise@0.5",
 }
 
@@ -45,7 +46,7 @@ def test_every_arm_is_reported(result, tmp_path):
     assert {r["arm"] for r in data["sets"]["random"]} == ALL_ARMS
     plot(result, tmp_path / "bench.png")
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    for name in ("wedlm_lossless", "wedlm_lossless_lookup"):
+    for name in ("wedlm_lossless", "wedlm_lossless_lookup", "wedlm_lossless_history"):
         assert rows[name].identical == 1.0, f"{name} must reproduce the ar arm exactly"
     for r in rows.values():
         assert r.tokens_per_s > 0 and r.forwards > 0 and len(r.tokens_per_s_repeats) == 2
@@ -67,6 +68,52 @@ def test_agreements_are_sane(result):
 def test_time_vs_length_covers_the_scaling_arms(result):
     assert set(result.scaling) == {"ar", "wedlm", "nocache"}
     assert all(set(by_length) == {8, 16} for by_length in result.scaling.values())
+
+
+PRIMED = [[5, 6, 7, 8, 9], [10, 11, 12, 13], [20, 21, 22, 23, 24, 25]]
+EDITED = [[5, 6, 7, 8, 30], [10, 11, 31, 13], [20, 21, 22, 23, 24, 32]]
+"""Each primed prompt again with one token changed: what follows its unchanged n-grams is in the history."""
+
+
+def test_history_arm_drafts_from_the_primed_prompts():
+    """On a repeated set the history arm takes fewer forwards than every other arm, and still decodes AR's tokens;
+    the primed decodes are not counted (counted, its forwards would exceed AR's). Unprimed, it drafts as the
+    lookup arm does: its pass starts with an empty history (the warm-up's decode is not in it)."""
+    config = BenchConfig(
+        max_new_tokens=24, repeats=2, thresholds=(), scaling_lengths=(),
+        families=("ar", "prompt_lookup", "wedlm_lossless", "wedlm_lossless_lookup", "wedlm_lossless_history"),
+    )
+    model = tiny_model("wedlm", seed=3, peak=6)
+    result = run_bench(model, {"repeated": EDITED}, config, progress=False, primed={"repeated": PRIMED})
+    rows = {r.arm: r for r in result.sets["repeated"]}
+    assert all(r.identical == 1.0 for r in rows.values())
+    history = rows.pop("wedlm_lossless_history")
+    assert history.tokens_per_forward > max(r.tokens_per_forward for r in rows.values()), result.sets
+    assert history.forwards < rows["ar"].forwards
+    unprimed = run_bench(model, {"one": EDITED[:1]}, config, progress=False)
+    plain = {r.arm: r for r in unprimed.sets["one"]}
+    assert plain["wedlm_lossless_history"].tokens_per_forward == plain["wedlm_lossless_lookup"].tokens_per_forward
+    with pytest.raises(ValueError, match="`primed` names sets not benchmarked: \\['other'\\]"):
+        run_bench(model, {"repeated": EDITED}, config, progress=False, primed={"other": PRIMED})
+
+
+def test_cli_repeated_set_primes_the_history_arm(tmp_path, capsys):
+    """`--prompts repeated` on the embedded checkpoint: held-out code with a function renamed, after the
+    originals went through the history arm, which then drafts from them; the output is still AR's."""
+    from wedlm_hf.bench.prompts import repeated_prompts
+
+    (original,), (edited,) = repeated_prompts(1)
+    assert "_v0(" in edited and "_v0(" not in original  # its first function renamed
+    json_path = tmp_path / "b.json"
+    code = main([
+        "bench", "--prompts", "repeated", "--arms", "ar,wedlm_lossless,wedlm_lossless_history", "--num-prompts", "1",
+        "--max-new-tokens", "24", "--repeats", "1", "--thresholds", "", "--lengths", "", "--no-progress",
+        "--json", str(json_path),
+    ])
+    assert code == 0 and "### prompts: repeated" in capsys.readouterr().out
+    rows = {r["arm"]: r for r in json.loads(json_path.read_text())["sets"]["repeated"]}
+    assert rows["wedlm_lossless_history"]["identical"] == rows["wedlm_lossless"]["identical"] == 1.0
+    assert rows["wedlm_lossless_history"]["tokens_per_forward"] > rows["wedlm_lossless"]["tokens_per_forward"]
 
 
 def test_a_new_arm_is_one_entry(monkeypatch):

@@ -13,7 +13,7 @@ from tiny_models import tiny_model
 from wedlm_hf.continuous import GenerationRequest, WeDLMScheduler
 from wedlm_hf.generation import fill
 from wedlm_hf.generation.draws import draw, keyed_uniforms
-from wedlm_hf.generation.penalties import OpenAIPenalties
+from wedlm_hf.generation.penalties import OpenAIPenalties, SeenTokens
 from wedlm_hf.generation.sampling import SamplingParams
 
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], [20, 21, 22, 23, 24, 25, 26, 27, 28], [30, 31], [40, 41, 42, 43], [50, 3]]
@@ -142,3 +142,28 @@ def test_logit_bias_is_each_requests_own(model, mode):
     assert results[0] == tokens != plain and results[1] == lone_generate(model, PROMPTS[1], BUDGET, config)[0]
     with pytest.raises(ValueError, match="`logit_bias`"):
         SamplingParams(logit_bias=((3, 101.0),))
+
+
+@pytest.mark.parametrize("context, output", [(True, False), (False, True), (True, True)])
+def test_seen_tokens_are_counted_by_hand_and_only_the_kinds_asked_for(context, output):
+    """`SeenTokens.before` against counting by hand: at position j a row has seen its tokens from `first_real`
+    (output: from the prompt's end) to `committed`, and the drafts before j; a kind not asked for is not built."""
+    sequences = torch.tensor([[0, 4, 5, 4, 6, 5, 0], [3, 3, 4, 7, 7, 0, 0]])
+    prompt_length, committed, first_real, drafts = 3, [6, 5], [1, 0], torch.tensor([[5, 2], [7, 7]])
+    seen = SeenTokens.before(
+        sequences, 8, prompt_length, torch.tensor(committed), torch.tensor(first_real), drafts,
+        context=context, output=output,
+    )
+    for counts, wanted, from_prompt_end in ((seen.context, context, False), (seen.output, output, True)):
+        if not wanted:
+            assert counts is None
+            continue
+        expected = torch.zeros(2, 3, 8)
+        for row in range(2):
+            start = max(first_real[row], prompt_length) if from_prompt_end else first_real[row]
+            for position in range(3):
+                for token in sequences[row, start : committed[row]].tolist() + drafts[row, :position].tolist():
+                    expected[row, position, token] += 1
+        torch.testing.assert_close(counts, expected)
+        kept = seen.of_rows(torch.tensor([1]))
+        torch.testing.assert_close(kept.context if not from_prompt_end else kept.output, expected[1:])

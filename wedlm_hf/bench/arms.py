@@ -2,20 +2,26 @@
 
 An arm decodes one prompt (greedily unless its keywords sample) and returns its continuation plus WeDLM
 statistics when it has them. Every `generate`-based family is just its keyword arguments, so a new method (e.g.
-`wedlm_lossless`) is one line.
+`wedlm_lossless`) is one line. A family with `draft_history` decodes on the engine instead (`WeDLMScheduler`, one
+request at a time): its drafts come from the requests answered before, so it needs a history kept across the
+prompts of a set (`Arm.serving`), as a server keeps one across its requests.
 """
 
+import copy
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from transformers import PreTrainedModel
 
+from ..continuous import GenerationRequest, WeDLMScheduler
 from ..generation.options import BY_KEYWORD
 from ..generation.reference import reference_decode
 from ..generation.settings import WeDLMSettings
 
 PROMPT_LOOKUP_TOKENS = 10
+HISTORY_TOKENS = 1 << 15
+"""`draft_history` of the arms that keep one: every prompt and output of a bench set fits."""
 
 FAMILIES: dict[str, dict] = {
     "ar": {"decoding": "ar"},
@@ -24,12 +30,15 @@ FAMILIES: dict[str, dict] = {
     "wedlm_blockwise": {"decoding": "wedlm", "wedlm_blockwise": True},
     "wedlm_lossless": {"decoding": "wedlm", "wedlm_lossless": True},
     "wedlm_lossless_lookup": {"decoding": "wedlm", "wedlm_lossless": True, "wedlm_prompt_lookup": True},
+    "wedlm_lossless_history": {"decoding": "wedlm", "wedlm_lossless": True, "draft_history": HISTORY_TOKENS},
     "wedlm_lossless_sampled": {"decoding": "wedlm", "wedlm_lossless": True, "do_sample": True, "temperature": 0.7},
     "nocache": {"decoding": "reference"},
 }
 """Family name -> `generate` keywords; `decoding="reference"` runs the cache-free `reference_decode` instead.
 `wedlm_lossless_sampled` draws from the model's distribution at temperature 0.7 (its output is not the ar arm's;
-its tokens per forward compare with `wedlm_lossless`)."""
+its tokens per forward compare with `wedlm_lossless`). The lossless arms draft from the mask slots alone
+(`wedlm_lossless`), from the row's own context too (`_lookup`), or from every source (`_history`: the engine's
+history of earlier requests, which the engine searches after the row's own context, so lookup comes with it)."""
 
 THRESHOLD_SWEPT = ("wedlm", "wedlm_blockwise")
 """Families that are also run at every threshold of the sweep (speed/quality curve, paper Fig. 4a)."""
@@ -61,10 +70,25 @@ class Arm:
     options: dict = field(default_factory=dict)
     threshold: float | None | str = "default"
     """The entropy threshold set by this arm, or "default" when it runs at the model's own setting."""
+    engine: "HistoryEngine | None" = field(default=None, compare=False, repr=False)
+    """History arms: the engine whose history this arm drafts from (see `serving`)."""
+
+    def serving(self, model: PreTrainedModel, primed: Sequence[Sequence[int]], max_new_tokens: int) -> "Arm":
+        """This arm with a fresh history that has already answered `primed`; other arms keep no history: itself."""
+        if "draft_history" not in self.options:
+            return self
+        engine = HistoryEngine(model, self.options, exact_length=False)
+        for prompt in primed:
+            engine.decode(prompt, max_new_tokens)
+        return replace(self, engine=engine)
 
     def decode(self, model: PreTrainedModel, prompt: Sequence[int], max_new_tokens: int, exact_length: bool) -> Decoded:
-        """Greedy continuation of `prompt`; `exact_length` disables EOS so exactly `max_new_tokens` come out."""
+        """Greedy continuation of `prompt`; `exact_length` disables EOS so exactly `max_new_tokens` come out.
+        A history arm not `serving` decodes on a fresh engine: an empty history."""
         with torch.inference_mode():
+            if "draft_history" in self.options:
+                engine = self.engine or HistoryEngine(model, self.options, exact_length)
+                return engine.decode(prompt, max_new_tokens, exact_length)
             if self.options["decoding"] == "reference":
                 return _reference(model, list(prompt), max_new_tokens, exact_length, self.options)
             return _generate(model, prompt, max_new_tokens, exact_length, dict(self.options))
@@ -85,6 +109,33 @@ def _generate(
     )
     stats = getattr(output, "wedlm_stats", None)
     return Decoded(output.sequences[0, input_ids.shape[1] :].tolist(), stats.summary() if stats is not None else None)
+
+
+class HistoryEngine:
+    """A one-row `WeDLMScheduler` with `draft_history`, kept across requests, run to completion per request."""
+
+    def __init__(self, model: PreTrainedModel, options: dict, exact_length: bool):
+        config = copy.deepcopy(model.generation_config)
+        for key, value in options.items():
+            if key not in ("decoding", "draft_history"):
+                setattr(config, key, value)
+        config.do_sample = options.get("do_sample", False)
+        if exact_length:
+            config.eos_token_id = None
+        self.exact_length = exact_length
+        self.scheduler = WeDLMScheduler(model, config, max_batch_size=1, draft_history=options["draft_history"])
+
+    def decode(self, prompt: Sequence[int], max_new_tokens: int, exact_length: bool = False) -> Decoded:
+        if exact_length != self.exact_length:
+            raise ValueError(f"this engine decodes with exact_length={self.exact_length}, asked {exact_length}")
+        self.scheduler.add(GenerationRequest(list(prompt), max_new_tokens))
+        results = []
+        while self.scheduler.has_work():
+            results += [update.result for update in self.scheduler.step() if update.finished]
+        (result,) = results
+        if result.error is not None:
+            raise RuntimeError(result.error)
+        return Decoded(result.tokens, result.stats.summary() if result.stats is not None else None)
 
 
 def _reference(

@@ -1,5 +1,5 @@
 """Prompt sets: held-out Python stdlib code, counting sequences, input-grounded edit requests on held-out
-functions, a user's JSONL file, or random ids.
+functions, held-out code seen before with small edits, a user's JSONL file, or random ids.
 
 The embedded checkpoint is trained on stdlib files, so code prompts must come from files it never saw. The split
 is declared here, the lower of the two packages that read it: `stdlib_files("eval")` gives the prompts,
@@ -8,6 +8,7 @@ is declared here, the lower of the two packages that read it: `stdlib_files("eva
 
 import hashlib
 import json
+import re
 import sysconfig
 import zlib
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import torch
 
 PROMPT_SETS = ("code", "counting", "grounded")
+"""The sets a bench runs by default ("repeated" runs when named)."""
 HELD_OUT_PERCENT = 5
 _SKIPPED_DIRS = {"test", "tests", "idle_test", "site-packages", "__pycache__"}
 
@@ -106,6 +108,19 @@ def counting_prompts(count: int, shown: int = 8) -> list[str]:
     return [", ".join(str(n) for n in range(start, start + shown)) + ", " for start in range(1, 97 * count, 97)]
 
 
+def edited(text: str, index: int) -> str:
+    """A small edit of a prompt: its first function renamed and its one-digit numbers changed."""
+    text = re.sub(r"def (\w+)", lambda match: f"def {match.group(1)}_v{index}", text, count=1)
+    return re.sub(r"\b\d\b", lambda match: str((int(match.group(0)) + 3) % 10), text)
+
+
+def repeated_prompts(count: int) -> tuple[list[str], list[str]]:
+    """(seen before, asked now): held-out code prompts, then each again with a small edit, as a server sees a
+    workload that repeats itself; only `draft_history` can draft from the first ones."""
+    originals = code_prompts(count)
+    return originals, [edited(text, index) for index, text in enumerate(originals)]
+
+
 def jsonl_prompts(path: str | Path, count: int | None = None) -> list[str]:
     """`{"prompt": ...}` per line."""
     lines = [line for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -119,10 +134,13 @@ def random_prompts(count: int, length: int, vocab_size: int, seed: int = 0) -> l
 
 
 def load_prompt_set(name: str, count: int, tokenizer=None, vocab_size: int | None = None) -> list[list[int]]:
-    """Token ids of the prompt set `name` ("code", "counting" or a .jsonl path); random ids without a tokenizer."""
+    """Token ids of the prompt set `name` ("code", "counting", "grounded", "repeated" or a .jsonl path); random ids
+    without a tokenizer."""
     if tokenizer is None:
         return random_prompts(count, 32, vocab_size, seed=zlib.crc32(name.encode()))
-    if name == "code":
+    if name == "repeated":
+        texts = repeated_prompts(count)[1]
+    elif name == "code":
         texts = code_prompts(count)
     elif name == "counting":
         texts = counting_prompts(count)
@@ -131,3 +149,10 @@ def load_prompt_set(name: str, count: int, tokenizer=None, vocab_size: int | Non
     else:
         texts = jsonl_prompts(name, count)
     return [tokenizer(text)["input_ids"] for text in texts]
+
+
+def primed_prompts(name: str, count: int, tokenizer=None) -> list[list[int]]:
+    """Token ids of what a server answered before the set `name`: the originals of "repeated", else nothing."""
+    if tokenizer is None or name != "repeated":
+        return []
+    return [tokenizer(text)["input_ids"] for text in repeated_prompts(count)[0]]

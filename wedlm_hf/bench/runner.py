@@ -3,7 +3,9 @@
 Per prompt set: a warm-up decode per arm; one *instrumented* pass (forward-counting hook, RSS sampler) that yields
 outputs, forwards, p_cache, memory and agreement; then `repeats` *timed* passes with nothing attached, where
 each prompt runs every arm back to back in an order rotated per prompt and repeat. Speeds are medians over
-repeats; speed-ups are medians of per-repeat ratios (paired, so drift between repeats cancels).
+repeats; speed-ups are medians of per-repeat ratios (paired, so drift between repeats cancels). Arms that draft
+from the engine's history start each pass with a fresh one that has answered the set's primed prompts (what a
+server saw before; untimed, uncounted), then keep it across the pass's prompts.
 """
 
 import statistics
@@ -114,14 +116,17 @@ def bench_prompt_set(
     prompts: list[list[int]],
     config: BenchConfig,
     tick: Callable[[], None] = lambda: None,
+    primed: Sequence[Sequence[int]] = (),
 ) -> list[ArmResult]:
-    """Warm-up, instrumented pass and timed interleaved repeats of every arm over `prompts`."""
+    """Warm-up, instrumented pass and timed interleaved repeats of every arm over `prompts`; `primed`: the prompts
+    the history arms have answered before each pass."""
     for arm in arms:
         arm.decode(model, prompts[0], min(config.max_new_tokens, 32), exact_length=False)
         tick()
 
     outputs, measured = {}, {}
     for arm in arms:
+        arm = arm.serving(model, primed, config.max_new_tokens)
         with ForwardCounter(model) as counter, RssSampler() as rss:
             decoded = [arm.decode(model, p, config.max_new_tokens, exact_length=False) for p in prompts]
             for _ in prompts:
@@ -132,8 +137,9 @@ def bench_prompt_set(
     seconds = {arm.name: [0.0] * config.repeats for arm in arms}
     tokens = {arm.name: [0] * config.repeats for arm in arms}
     for repeat in range(config.repeats):
+        serving = [arm.serving(model, primed, config.max_new_tokens) for arm in arms]
         for index, prompt in enumerate(prompts):
-            for arm in _rotated(arms, repeat * len(prompts) + index):
+            for arm in _rotated(serving, repeat * len(prompts) + index):
                 start = time.perf_counter()
                 decoded = arm.decode(model, prompt, config.max_new_tokens, exact_length=False)
                 seconds[arm.name][repeat] += time.perf_counter() - start
@@ -205,10 +211,15 @@ def run_bench(
     prompt_sets: dict[str, list[list[int]]],
     config: BenchConfig = BenchConfig(),
     progress: bool = True,
+    primed: dict[str, list[list[int]]] | None = None,
 ) -> BenchResult:
-    """Benchmark every arm on every prompt set, then time vs generated length; see the module docstring."""
+    """Benchmark every arm on every prompt set, then time vs generated length; see the module docstring.
+    `primed`: set name -> the prompts the history arms answer before that set's (`prompts.primed_prompts`)."""
     from tqdm.auto import tqdm
 
+    primed = primed or {}
+    if set(primed) - set(prompt_sets):
+        raise ValueError(f"`primed` names sets not benchmarked: {sorted(set(primed) - set(prompt_sets))}")
     scaling_prompt = min(next(iter(prompt_sets.values())), key=len)
     lengths = _fitting_lengths(model, len(scaling_prompt), config.scaling_lengths)
     compiled = _compile_options(model, prompt_sets, config, lengths) if config.compile_backend else None
@@ -218,7 +229,10 @@ def run_bench(
     total = sum(len(arms) * (1 + len(p) * (1 + config.repeats)) for p in prompt_sets.values())
     total += len(scaling_arms) * (1 + len(lengths) * config.repeats)
     with tqdm(total=total, desc="bench", unit="decode", disable=not progress) as bar:
-        sets = {name: bench_prompt_set(model, arms, prompts, config, bar.update) for name, prompts in prompt_sets.items()}
+        sets = {
+            name: bench_prompt_set(model, arms, prompts, config, bar.update, primed.get(name, ()))
+            for name, prompts in prompt_sets.items()
+        }
         samples = time_vs_length(model, scaling_arms, scaling_prompt, lengths, config.repeats, bar.update)
     scaling = {name: {n: statistics.median(s) for n, s in by_length.items()} for name, by_length in samples.items()}
     return BenchResult(config=config, machine=machine_info(), sets=sets, scaling=scaling)

@@ -1,4 +1,5 @@
-"""Benchmark WeDLM against greedy AR, prompt lookup, block-wise WeDLM and the cache-free reference; with
+"""Benchmark WeDLM against greedy AR, prompt lookup, block-wise WeDLM, lossless WeDLM with each draft source
+(mask slots, prompt lookup, the engine's history of earlier requests) and the cache-free reference; with
 `--compile`, also compiled AR on transformers' static cache against WeDLM's compiled static-shape path.
 
 Prints a markdown table (tokens/s, forwards, tokens/forward, p_cache, peak RSS, agreement with AR) per prompt set
@@ -42,8 +43,9 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--prompts",
         action="append",
         default=None,
-        help="'code', 'counting', 'grounded' (requests to edit a quoted held-out function) or a JSONL file of "
-        "{\"prompt\": ...}; repeatable (default: all three)",
+        help="'code', 'counting', 'grounded' (requests to edit a quoted held-out function), 'repeated' (code "
+        "prompts the history arms answered before, each now with a small edit) or a JSONL file of "
+        "{\"prompt\": ...}; repeatable (default: code, counting, grounded)",
     )
     parser.add_argument("--num-prompts", type=int, help=f"prompts per set (default {FULL['num_prompts']})")
     parser.add_argument("--max-new-tokens", type=int, help=f"default {FULL['max_new_tokens']}")
@@ -78,7 +80,7 @@ def apply_sizes(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..bench.models import load_model
-    from ..bench.prompts import PROMPT_SETS, load_prompt_set
+    from ..bench.prompts import PROMPT_SETS, load_prompt_set, primed_prompts
     from ..bench.report import markdown, plot, write_json
     from ..bench.runner import BenchConfig, run_bench
 
@@ -99,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
     if tokenizer is None:
         names = ["random"]
     prompt_sets = {name: load_prompt_set(name, args.num_prompts, tokenizer, vocab_size) for name in names}
-    result = run_bench(model, prompt_sets, config, progress=not args.no_progress)
+    primed = {name: primed_prompts(name, args.num_prompts, tokenizer) for name in names}
+    result = run_bench(model, prompt_sets, config, progress=not args.no_progress, primed=primed)
     sys.stdout.write(markdown(result))
     if args.json:
         write_json(result, args.json)

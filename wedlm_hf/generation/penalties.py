@@ -24,30 +24,37 @@ class OpenAIPenalties(LogitsProcessor):
 @dataclass
 class SeenTokens:
     """What the penalties read at each scored position: counts (n, positions, vocab) of the tokens before it,
-    prompt and output (`context`, repetition penalty) and output only (`output`, OpenAI's penalties)."""
+    prompt and output (`context`, repetition penalty) and output only (`output`, OpenAI's penalties); a kind no
+    row's penalty reads is None (not built: a (rows, vocab) scatter, and in verification a (rows, positions,
+    vocab) sum, saved per step)."""
 
-    context: torch.Tensor
-    output: torch.Tensor
+    context: torch.Tensor | None
+    output: torch.Tensor | None
 
     def of_rows(self, rows: torch.Tensor) -> "SeenTokens":
-        return SeenTokens(self.context[rows], self.output[rows])
+        return SeenTokens(*(None if counts is None else counts[rows] for counts in (self.context, self.output)))
 
     @classmethod
     def before(
         cls, sequences: torch.Tensor, vocab_size: int, prompt_length: int, committed: torch.Tensor,
-        first_real: torch.Tensor, drafts: torch.Tensor | None = None,
+        first_real: torch.Tensor, drafts: torch.Tensor | None = None, *, context: bool, output: bool,
     ) -> "SeenTokens":
         """`sequences` (n, columns): the rows' records; each row's tokens before column `committed` (n,), from
-        `first_real` (the first column that is not padding, or 0), and at position j also `drafts[:, :j]`."""
+        `first_real` (the first column that is not padding, or 0), and at position j also `drafts[:, :j]`.
+        `context` / `output`: whether to count that kind."""
         columns = torch.arange(sequences.shape[1], device=sequences.device)[None]
         counted = (columns < committed[:, None]) & (columns >= first_real[:, None])
         zeros = torch.zeros(sequences.shape[0], vocab_size, device=sequences.device)
-        context = zeros.scatter_add(1, sequences, counted.float())[:, None]
-        output = zeros.scatter_add(1, sequences, (counted & (columns >= prompt_length)).float())[:, None]
+        kinds = []
+        if context:
+            kinds.append(counted)
+        if output:
+            kinds.append(counted & (columns >= prompt_length))
+        seen = [zeros.scatter_add(1, sequences, which.float())[:, None] for which in kinds]
         if drafts is not None and drafts.shape[1]:
             shape = (drafts.shape[0], drafts.shape[1] + 1, vocab_size)
             drafted = torch.zeros(shape, device=drafts.device)
             drafted[:, 1:].scatter_(2, drafts[..., None], 1.0)  # position j + 1 sees draft j too
             drafted = drafted.cumsum(1)
-            context, output = context + drafted, output + drafted
-        return cls(context, output)
+            seen = [counts + drafted for counts in seen]
+        return cls(seen.pop(0) if context else None, seen.pop(0) if output else None)

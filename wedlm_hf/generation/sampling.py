@@ -182,8 +182,8 @@ class RowSampling:
     # ----- scores -----
 
     def seen(self, record, state, vocab_size: int, drafts: torch.Tensor | None = None) -> SeenTokens | None:
-        """What the running rows' penalties read (`SeenTokens`), or None when no row has a penalty. `record` and
-        `state`: the loop's output record and window state."""
+        """What the running rows' penalties read (`SeenTokens`: only the kinds some row's penalty reads), or None
+        when no row has a penalty. `record` and `state`: the loop's output record and window state."""
         if not (self.any_repetition or self.any_openai):
             return None
         if self.of_requests:  # (their prompts' padding moves as rows join)
@@ -193,6 +193,7 @@ class RowSampling:
         return SeenTokens.before(
             record.sequences[state.rows], vocab_size, record.prompt_length,
             record.prompt_length + state.generated, first_real, drafts,
+            context=self.any_repetition, output=self.any_openai,
         )
 
     def processed(self, scores: torch.Tensor, rows: torch.Tensor, seen: SeenTokens | None) -> torch.Tensor:
