@@ -21,7 +21,7 @@ from transformers import LogitsProcessorList
 from transformers.generation import logits_process as lp
 
 import wedlm_hf
-from wedlm_hf.generation import fill
+from wedlm_hf.generation import decoding, fill, lossless
 
 DRAWS = 48000
 """Lossless samples per setting, half per prompt."""
@@ -130,12 +130,24 @@ DENSE = ("top_p", "repetition_penalty+top_k")
 
 
 @pytest.mark.parametrize(
-    "setting, scoring", [(name, "compact") for name in SETTINGS] + [(name, "dense") for name in DENSE]
+    "setting, scoring",
+    [(name, "compact") for name in SETTINGS] + [(name, "dense") for name in DENSE] + [("prompt_lookup+top_k", "chain")],
 )
 def test_lossless_sampling_has_the_models_distribution(setting, scoring, monkeypatch):
-    """Drafts scored at the chosen slots (the CPU's way) or at every slot (an accelerator's: `fill.py`)."""
+    """Drafts scored at the chosen slots (the CPU's way) or at every slot (an accelerator's: `fill.py`); prompt
+    lookup's drafts as a branch beside the window's (`tree.py`, wherever it may) or, "chain", in the window."""
     if scoring == "dense":
         monkeypatch.setattr(fill, "HOST_READS_ARE_FREE", ())
+    if scoring == "chain":
+        monkeypatch.setattr(decoding, "trees_allowed", lambda *args: False)
+    branches_taken, verify_tree = [], lossless.verify_tree
+
+    def counted(*args):
+        result = verify_tree(*args)
+        branches_taken.append(int(result[1].sum()))
+        return result
+
+    monkeypatch.setattr(lossless, "verify_tree", counted)
     options = SETTINGS[setting]
     depth = 3 if options.get("top_k") == 2 else 2  # three tokens where two per step keep the cells few
     family = "llama" if setting == "top_p" else "wedlm"
@@ -158,6 +170,7 @@ def test_lossless_sampling_has_the_models_distribution(setting, scoring, monkeyp
     assert stats["accepted"] < stats["drafted"], stats  # and some are rejected: both branches run
     if options.get("wedlm_prompt_lookup"):  # mask slots draft 2 per row (window 3), never after a rejection
         assert stats["drafted"] > 2 * DRAWS, stats
+        assert (sum(branches_taken) > 0.05 * DRAWS) == (scoring != "chain"), sum(branches_taken)
     generated = output.sequences[:, input_ids.shape[1] :].tolist()
     warpers, exact, counts = _warpers(options), {}, {}
     for row, (prompt, mask) in enumerate(zip(prompts, attention)):

@@ -137,8 +137,8 @@ def test_recursive_rejection_at_a_branch_node_draws_the_models_distribution():
                     torch.full((draws,), 2))
     branch_probs = torch.stack([after_b, p]).expand(draws, -1, -1)
     uniform = torch.rand(draws, 2, generator=generator)
-    took, taken, final = _sampled_branch(target, accepted, branch, branch.tokens, torch.ones(draws, 2, dtype=torch.bool),
-                                         branch_probs, uniform)
+    in_branch = torch.ones(draws, 2, dtype=torch.bool)
+    took, taken, final = _sampled_branch(target, accepted, branch, branch.tokens, in_branch, branch_probs, uniform)
     last = draw(final[:, None], torch.rand(draws, 1, generator=generator))[:, 0]
     first = torch.where(accepted > 0, x[:, 0], torch.where(took, b, last))
     second = torch.where(taken > 1, 0, last)[took]  # after a taken b: its continuation 0 passed, or a draw

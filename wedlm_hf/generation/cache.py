@@ -1,9 +1,10 @@
 """`WeDLMCache`: a `DynamicCache` that keeps the K/V of committed tokens and drops everything else.
 
 Every WeDLM forward appends a whole window; afterwards only each row's committed slots may stay. Those are the
-*first* physical slots of the window (committed tokens are fed first, in order), so one `crop` to the batch's
-largest commit keeps them, and rows that committed fewer mark the surplus as holes in `key_mask`. Holes and left
-padding are never attended to. Keys carry their RoPE rotation already, so K/V columns can be moved freely:
+*first* physical slots of the window (committed tokens are fed first, in order; a tree's forward, `tree.py`,
+gathers them there first), so one `crop` to the batch's largest commit keeps them, and rows that committed fewer
+mark the surplus as holes in `key_mask`. Holes and left padding are never attended to. Keys carry their RoPE
+rotation already, so K/V columns can be moved freely:
 `compact` right-aligns every row's valid columns and drops columns no row uses. It runs whenever more than
 `max_wasted_slots` columns could be freed, which bounds the wasted slots per row to `max_wasted_slots` plus the
 batch's spread of valid lengths (the left padding any rectangular batch needs).
@@ -38,14 +39,13 @@ class WeDLMCache(DynamicCache):
         largest `valid_per_row` after this commit, both read by the caller."""
         committed_width = self.key_mask.shape[1]
         window_length = self.get_seq_length() - committed_width
-        if columns is not None:  # a tree: the kept K/V gathered into order, the rest dropped
+        if columns is not None:  # a tree: the kept K/V gathered into order, in place
             index = columns[:, None, :kept, None].clamp(max=window_length - 1)  # (past a row's count: unread)
             for layer in self.layers:
-                for name in ("keys", "values"):
-                    values = getattr(layer, name)
-                    window = values[:, :, committed_width:].gather(2, index.expand(-1, *values.shape[1:2], -1, values.shape[-1]))
-                    setattr(layer, name, torch.cat([values[:, :, :committed_width], window], dim=2))
-        elif kept < window_length:  # (a one-token forward that keeps its token crops nothing)
+                for values in (layer.keys, layer.values):
+                    window = values[:, :, committed_width:]
+                    window[:, :, :kept] = window.gather(2, index.expand(-1, values.shape[1], -1, values.shape[3]))
+        if kept < window_length:  # (a one-token forward that keeps its token crops nothing)
             self.crop(kept - window_length)
         slots = torch.arange(kept, device=num_committed.device)
         self.key_mask = torch.cat([self.key_mask, slots[None, :] < num_committed[:, None]], dim=1)

@@ -54,21 +54,22 @@ def step_sync(
     backend needs to apply `kept` (the last forward's cache commit, if any) and the plan's checks."""
     done = state.done
     cache_values = backend.sync_values(kept) if kept is not None else []
-    branches = torch.zeros_like(plan.length) if plan.branch_count is None else plan.branch_count
+    branches = [] if plan.branch_count is None else [plan.branch_count.masked_fill(done, 0).max()]
     summary = torch.stack(
         [
             plan.length.masked_fill(done, 0).max(),
             plan.filled.sum(1).masked_fill(done, layout.width).min(),
-            branches.masked_fill(done, 0).max(),
             *cache_values,
             *(check.long() for check in plan.checks),
+            *branches,
         ]
     )
     host = torch.cat([summary, done.long()]).tolist()
-    fed, fewest_filled, branch_width = host[:3]
-    values = host[3 : 3 + len(cache_values)]
-    checks = host[3 + len(cache_values) : 3 + len(cache_values) + len(plan.checks)]
-    ended = host[3 + len(cache_values) + len(plan.checks) :]
+    fed, fewest_filled = host[:2]
+    values = host[2 : 2 + len(cache_values)]
+    checks = host[2 + len(cache_values) : 2 + len(cache_values) + len(plan.checks)]
+    rest = host[2 + len(cache_values) + len(plan.checks) :]
+    branch_width, ended = (rest[0] if branches else 0), rest[len(branches) :]
     running = [row for row, end in enumerate(ended) if not end]
     return StepSync(fed, fed - fewest_filled, running, values, checks, branch_width)
 
@@ -194,7 +195,8 @@ class DecodeLoop:
             else:  # the widest window and the fewest filled slots over both batches, as one sync over all reads them
                 fewest_filled = min(self.sync.fed - self.sync.mask_columns, other.sync.fed - other.sync.mask_columns)
                 fed = max(self.sync.fed, other.sync.fed)
-                sync = StepSync(fed, fed - fewest_filled, [], [], [], max(self.sync.branch_width, other.sync.branch_width))
+                branch_width = max(self.sync.branch_width, other.sync.branch_width)
+                sync = StepSync(fed, fed - fewest_filled, [], [], [], branch_width)
             updates += [
                 (self.state, self.state.joined(theirs)),
                 (self.plan, self.plan.joined(other.plan)),
