@@ -38,6 +38,55 @@ def test_prompt_lookup_equals_greedy_and_pays_on_repeating_text(family, schedule
     assert per_forward["both"] > per_forward["alone"], per_forward
 
 
+def _self_continuing_prompts(model, seed: int = 3):
+    """Left-padded prompts, each a random prompt followed by the first 9 tokens of its greedy continuation: where
+    that continuation cycles, the prompt's last n-gram occurred before, followed by what greedy decodes next."""
+    input_ids, attention_mask = random_prompts([5, 9, 3], seed=seed)
+    greedy = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=9, do_sample=False)
+    return greedy, torch.cat([attention_mask, torch.ones_like(greedy[:, -9:])], 1)
+
+
+def _prefill_accepted(prompt: list[int], greedy: list[int], ngram: int = 2, tokens: int = 10) -> int:
+    """The reference count of prompt lookup drafts the first forward accepts: the tokens after the latest earlier
+    occurrence of the prompt's longest repeated last n-gram (of at most `ngram`), as far as greedy decodes them."""
+    for size in range(min(ngram, len(prompt) - 1), 0, -1):
+        starts = [i for i in range(len(prompt) - size) if prompt[i : i + size] == prompt[-size:]]
+        if starts:
+            drafts = prompt[starts[-1] + size :][:tokens]
+            return next((i for i, (a, b) in enumerate(zip(drafts, greedy)) if a != b), len(drafts))
+    return 0
+
+
+@pytest.mark.parametrize("family", ["wedlm", "llama"])
+@pytest.mark.parametrize("schedule", ["adaptive", "full"])
+def test_prompt_lookup_drafts_are_verified_in_the_prefill(family, schedule):
+    """The first forward checks the prompt's own continuation: it commits the drafts greedy agrees with and the
+    token after them (their commit step is the first certain token's), and the output stays greedy's, in a padded
+    batch and alone (against transformers' `prompt_lookup_num_tokens` generate)."""
+    model = wedlm_hf.enable(tiny_model(family, seed=1, peak=40))
+    input_ids, attention_mask = _self_continuing_prompts(model)
+    greedy = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=40, do_sample=False)
+    options = dict(wedlm_draft_schedule=schedule)
+    output = _lossless(model, input_ids, attention_mask, **options, wedlm_prompt_lookup=True)
+    alone = _lossless(model, input_ids, attention_mask, **options)
+    assert torch.equal(output.sequences, greedy)
+    expected = [
+        _prefill_accepted(prompt[mask.bool()].tolist(), row[input_ids.shape[1] :].tolist())
+        for prompt, mask, row in zip(input_ids, attention_mask, greedy)
+    ]
+    assert max(expected) >= 3 and min(expected) == 0, expected  # rows that match in the prefill, and rows that don't
+    first_step = [steps.count(steps[0]) for steps in output.wedlm_stats.commit_steps]
+    assert first_step == [1 + accepted for accepted in expected]
+    assert [steps.count(steps[0]) for steps in alone.wedlm_stats.commit_steps] == [1, 1, 1]
+    for prompt, mask in zip(input_ids, attention_mask):
+        prompt = prompt[mask.bool()][None]
+        lookup = model.generate(input_ids=prompt, max_new_tokens=40, do_sample=False, prompt_lookup_num_tokens=10)
+        one = _lossless(model, prompt, torch.ones_like(prompt), **options, wedlm_prompt_lookup=True)
+        assert torch.equal(one.sequences, lookup)
+        steps = one.wedlm_stats.commit_steps[0]
+        assert steps.count(steps[0]) == 1 + _prefill_accepted(prompt[0].tolist(), lookup[0, prompt.shape[1] :].tolist())
+
+
 @pytest.mark.parametrize("ngram,tokens", [(1, 3), (3, 10)])
 def test_prompt_lookup_sizes_keep_output_exact_under_processors(ngram, tokens):
     model = wedlm_hf.enable(tiny_model("qwen3", seed=2, peak=40))

@@ -90,9 +90,12 @@ class LosslessPolicy:
         self._limit_window(state)
 
     def plan(self, state: WindowState) -> StepPlan:
-        if not self.started:
-            filled, none = state.window != self.layout.mask_id, torch.zeros_like(state.length)
-            return StepPlan(length=state.length.clone(), start=state.generated, filled=filled, leading=none)
+        if not self.started:  # prompt lookup drafts from the prompt (slots 0 on), checked by the first forward too
+            if self.lookup is not None:
+                self.drafts.from_lookup = self.lookup.draft(self.record, state, self.layout, ~state.done, None, True)
+            filled, leading = leading_filled(state, self.layout)
+            length = torch.minimum(state.length + leading, state.max_new_tokens - state.generated)
+            return StepPlan(length, state.generated, filled, leading, all_columns=self.lookup is not None)
         # 1. the certain token is committed now; its K/V come from the forward below
         filled, leading = leading_filled(state, self.layout)
         start = state.generated
@@ -110,24 +113,7 @@ class LosslessPolicy:
     def update(self, state: WindowState, plan: StepPlan, forward: Forward) -> torch.Tensor:
         """Verify, commit and draft from this forward; returns the K/V per row the cache keeps."""
         if not self.started:
-            self.started = True
-            none = torch.zeros_like(plan.length)
-            if self.verifier.do_sample:
-                shape = (state.window.shape[0], self.layout.window_size, forward.logits.shape[-1])
-                self.draft_probs = torch.zeros(shape, device=none.device)
-            slot_physical = shift(state, self.layout, none, plan.length, forward.physical)
-            raw = forward.prompt_logits[:, None]
-            scores = self.verifier.scores(state, raw, torch.ones_like(none))
-            self._place_certain(state, self.verifier.next_tokens(scores, state)[:, 0], raw, scores)
-            self.filler.fill(state, forward.logits, slot_physical, self._fillable(state), self.draft_probs)
-            greedy = self._greedy_rows(state)  # (sampled drafts pass by p/q: no cut for those)
-            if self.adaptive and self.trained and greedy is not None:
-                columns = slot_physical[:, 1:].clamp(0, forward.logits.shape[1] - 1)
-                entropy = slot_entropy(gather_columns(forward.logits, columns))
-                self.schedule.first_window(entropy, self.filler.settings.entropy_threshold, greedy)
-                self._limit_window(state)
-            self._draft_from_context(state)
-            return none
+            return self._first_update(state, plan, forward)
         if forward.fed == 1 and not state.scores.kinds:
             return self._ar_only_update(state, plan, forward)
         window_size, drafts, logits, fed = self.layout.window_size, plan.leading - 1, forward.logits, forward.fed
@@ -175,6 +161,40 @@ class LosslessPolicy:
         self._limit_window(state)
         self._draft_from_context(state)
         return 1 + accepted
+
+    def _first_update(self, state: WindowState, plan: StepPlan, forward: Forward) -> torch.Tensor:
+        """`update` after the first forward, which has no certain token yet: the prompt's AR prediction decides, at
+        the prompt lookup drafts of slots 0 on (`plan.leading` per row) first; the accepted ones are committed (their
+        K/V kept), the token after them becomes certain, and the mask predictions fill the slots after it unless a
+        draft failed (they saw it). Rows with no drafts commit nothing here: slot 0 gets the prompt's prediction."""
+        self.started, layout, logits = True, self.layout, forward.logits
+        if self.verifier.do_sample:
+            shape = (state.window.shape[0], layout.window_size, logits.shape[-1])
+            self.draft_probs = torch.zeros(shape, device=logits.device)
+        size = 0 if self.lookup is None else self.lookup.slots(layout)
+        columns = forward.physical[:, :size].clamp(0, forward.fed - 1)
+        raw = torch.cat([forward.prompt_logits[:, None], gather_columns(logits, columns)], 1)
+        drafts = plan.leading
+        accepted, next_certain, scores = self.verifier.prefill(state, raw, state.window[:, :size], drafts)
+        corrected, counts = accepted < drafts, self.drafts
+        counts.drafted, counts.accepted = counts.drafted + drafts, counts.accepted + accepted
+        counts.corrected, counts.lookup_ok = counts.corrected + corrected, ~counts.from_lookup | (accepted > 0)
+        if size:
+            if state.scores.kinds:
+                state.scores.place(slice(0, size), raw[:, :size], scores[:, :size])
+            state.done |= self.record.commit(state, accepted)
+        certain = (gather_columns(raw, accepted[:, None]), gather_columns(scores, accepted[:, None]))
+        slot_physical = shift(state, layout, accepted, plan.length, forward.physical)
+        state.window = state.window.masked_fill(corrected[:, None] & (layout.slots >= 1), layout.mask_id)
+        self._place_certain(state, next_certain, *certain)
+        self.filler.fill(state, logits, slot_physical, self._fillable(state) & ~corrected[:, None], self.draft_probs)
+        greedy = self._greedy_rows(state)  # (sampled drafts pass by p/q: no cut for those)
+        if self.adaptive and self.trained and greedy is not None:
+            entropy = slot_entropy(gather_columns(logits, slot_physical[:, 1:].clamp(0, logits.shape[1] - 1)))
+            self.schedule.first_window(entropy, self.filler.settings.entropy_threshold, greedy & ~corrected)
+        self._limit_window(state)
+        self._draft_from_context(state)
+        return accepted
 
     def _ar_only_update(self, state: WindowState, plan: StepPlan, forward: Forward) -> torch.Tensor:
         """`update` after a forward of one column per row (every window is the certain token alone): its chosen
