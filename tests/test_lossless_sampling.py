@@ -37,8 +37,11 @@ SETTINGS = {
     "eta+top_k": dict(eta_cutoff=0.02, top_k=3),
     "repetition_penalty+top_k": dict(repetition_penalty=3.0, top_k=3),
     "prompt_lookup+top_k": dict(top_k=2, wedlm_prompt_lookup=True, wedlm_prompt_lookup_ngram=1),
+    "prompt_lookup+typical": dict(top_k=2, typical_p=0.9, wedlm_prompt_lookup=True, wedlm_prompt_lookup_ngram=1),
 }
-"""Warper settings; in the last, prompt lookup's drafts (one-hot proposals) join the mask slots' after a rejection."""
+"""Warper settings; in the last two, prompt lookup's drafts (one-hot proposals) join the mask slots' after a
+rejection, and the first prompt's own continuation is drafted in the first forward (with keyed draws, then with
+torch's generator and the processors run per prefix, as typical sampling has no dense form)."""
 
 
 def _model(family: str):

@@ -6,6 +6,7 @@ import torch
 from tiny_models import MASK_ID, random_prompts, tiny_model
 
 import wedlm_hf
+from wedlm_hf.generation import fill
 
 
 def _repeating_prompts(seed: int):
@@ -85,6 +86,17 @@ def test_prompt_lookup_drafts_are_verified_in_the_prefill(family, schedule):
         assert torch.equal(one.sequences, lookup)
         steps = one.wedlm_stats.commit_steps[0]
         assert steps.count(steps[0]) == 1 + _prefill_accepted(prompt[0].tolist(), lookup[0, prompt.shape[1] :].tolist())
+
+
+def test_prompt_lookup_searches_alike_without_host_reads(monkeypatch):
+    """On an accelerator the search spans every output column instead of reading the longest context's length:
+    the same drafts, so the same tokens and statistics."""
+    model = wedlm_hf.enable(tiny_model("wedlm", seed=1, peak=40))
+    input_ids, attention_mask = _repeating_prompts(seed=1)
+    read = _lossless(model, input_ids, attention_mask, wedlm_prompt_lookup=True)
+    monkeypatch.setattr(fill, "HOST_READS_ARE_FREE", ())
+    unread = _lossless(model, input_ids, attention_mask, wedlm_prompt_lookup=True)
+    assert torch.equal(read.sequences, unread.sequences) and read.wedlm_stats == unread.wedlm_stats
 
 
 @pytest.mark.parametrize("ngram,tokens", [(1, 3), (3, 10)])

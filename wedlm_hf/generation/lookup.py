@@ -14,6 +14,7 @@ from typing import Protocol
 
 import torch
 
+from . import fill
 from .record import OutputRecord
 from .window import WindowLayout, WindowState
 
@@ -45,7 +46,12 @@ class PromptLookup:
         the first forward (`prefill`) its prompt alone, which ends at the same column in every row (no host read)."""
         device = state.window.device
         end = record.prompt_length + state.generated - int(prefill)  # the certain (or last prompt) token's column
-        width = record.prompt_length if prefill else int(end.max()) + 1
+        if prefill:
+            width = record.prompt_length
+        elif device.type in fill.HOST_READS_ARE_FREE:  # up to the longest context, read on the host
+            width = int(end.max()) + 1
+        else:  # every column (those past a row's context never match): a read would stall the device's queue
+            width = record.sequences.shape[1]
         columns = torch.arange(width, device=device)
         ids = record.sequences[state.rows[:, None], columns.clamp(max=record.sequences.shape[1] - 1)[None]]
         if not prefill:
