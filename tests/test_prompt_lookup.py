@@ -3,9 +3,11 @@ and on text that repeats, more tokens come per forward than from the mask predic
 
 import pytest
 import torch
+from test_continuous_batching import assert_alone_equal, run_staggered, server_config
 from tiny_models import MASK_ID, random_prompts, tiny_model
 
 import wedlm_hf
+from wedlm_hf.continuous import GenerationRequest, WeDLMScheduler
 from wedlm_hf.generation import fill
 
 
@@ -86,6 +88,43 @@ def test_prompt_lookup_drafts_are_verified_in_the_prefill(family, schedule):
         assert torch.equal(one.sequences, lookup)
         steps = one.wedlm_stats.commit_steps[0]
         assert steps.count(steps[0]) == 1 + _prefill_accepted(prompt[0].tolist(), lookup[0, prompt.shape[1] :].tolist())
+
+
+def test_prefill_drafts_under_static_shapes_with_scores():
+    """The prefill's committed drafts keep their K/V on the pool of `wedlm_static` too, and carry the scores and
+    logits greedy `generate()` reports for them."""
+    model = wedlm_hf.enable(tiny_model("wedlm", seed=1, peak=40))
+    input_ids, attention_mask = _self_continuing_prompts(model)
+    options = dict(return_dict_in_generate=True, output_scores=True, output_logits=True)
+    greedy = model.generate(
+        input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=40, do_sample=False, **options
+    )
+    options = dict(wedlm_prompt_lookup=True, output_scores=True, output_logits=True)
+    dynamic = _lossless(model, input_ids, attention_mask, **options)
+    static = _lossless(model, input_ids, attention_mask, wedlm_static=True, **options)
+    assert torch.equal(static.sequences, greedy.sequences) and torch.equal(dynamic.sequences, greedy.sequences)
+    assert static.wedlm_stats == dynamic.wedlm_stats
+    assert max(steps.count(steps[0]) for steps in static.wedlm_stats.commit_steps) > 1  # drafts passed in the prefill
+    for kind in ("scores", "logits"):
+        for row, generated in enumerate(static.wedlm_stats.generated):
+            for ours, theirs in zip(getattr(static, kind)[:generated], getattr(greedy, kind)[:generated]):
+                assert torch.allclose(ours[row], theirs[row], atol=1e-4), (kind, row)
+
+
+def test_prefill_drafts_of_requests_joining_a_running_batch():
+    """Continuous batching runs a request's first step through the same policy: each request decodes what a
+    `generate` call of its own decodes (tokens and statistics, the prefill's commits included), greedy's tokens."""
+    model = wedlm_hf.enable(tiny_model("wedlm", seed=1, peak=40))
+    input_ids, attention_mask = _self_continuing_prompts(model)
+    prompts = [prompt[mask.bool()].tolist() for prompt, mask in zip(input_ids, attention_mask)]
+    config = server_config(model, wedlm_lossless=True, wedlm_prompt_lookup=True)
+    requests = [GenerationRequest(prompt, 16, request_id=str(i)) for i, prompt in enumerate(prompts)]
+    results = run_staggered(WeDLMScheduler(model, config, max_batch_size=3), requests, [0, 2, 3])
+    assert_alone_equal(model, config, requests, results)
+    for request in requests:
+        greedy = model.generate(input_ids=torch.tensor([request.input_ids]), max_new_tokens=16, do_sample=False)
+        assert results[request.request_id].tokens == greedy[0, len(request.input_ids) :].tolist()
+    assert max(result.stats.commit_steps[0].count(result.stats.commit_steps[0][0]) for result in results.values()) > 1
 
 
 def test_prompt_lookup_searches_alike_without_host_reads(monkeypatch):
