@@ -10,6 +10,13 @@ leading drafts pass, the logits of the last one give the next certain token for 
 at least one token, and the committed tokens are the model's AR continuation by construction (greedy: token for
 token; sampling: in distribution).
 
+The first forward feeds the prompt with the first window and has no certain token yet: the prompt's last token's
+logits give the first one. With prompt lookup, rows whose prompt's last n-gram occurred earlier in it (or in the
+history) draft its continuation into slots 0 on, so that forward verifies them against the prompt's prediction
+and each other, as a later forward verifies its drafts: it commits the ones that pass (their K/V stay), the token
+after them is the first certain one (slot 0 after the shift) and, as below, its mask predictions are drafts only
+if no draft failed. A row without a match commits nothing there and takes the prompt's prediction.
+
 New drafts come only from predictions that saw verified tokens: after a correction the row drafts nothing until
 the next forward, which predicts its masks from the corrected prefix. (Drafting from the same forward would use
 predictions conditioned on the rejected token, and a rejected slot's logits predict the slot after it; on the
@@ -58,7 +65,8 @@ class LosslessPolicy:
     `draft_limit + 2` slots, as `wedlm_draft_schedule="adaptive"` sets it (`draft_schedule.py`); `"full"` drafts
     every slot of a `window_size` window, always. With prompt lookup (`lookup.py`), a row whose slot after the
     certain token holds no mask prediction takes the context's continuation there, whatever its `draft_limit`:
-    such a draft costs no forward of its own.
+    such a draft costs no forward of its own; before the first forward, every row with a match takes it in slots 0
+    on (the prefill verifies them).
     """
 
     counter_names = ("drafted", "accepted", "corrected")
