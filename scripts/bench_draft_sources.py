@@ -13,7 +13,9 @@ prompts each served once before with a small edit (a renamed function, other num
 every arm first, untimed and uncounted, so the history arms have seen them, as a server would have.
 
     python scripts/bench_draft_sources.py                          # embedded checkpoint, every set
-    python scripts/bench_draft_sources.py --model smollm2 --sets grounded repeated --num-prompts 6
+    python scripts/bench_draft_sources.py --model smollm2 --mask-token-id 16 --sets grounded repeated --num-prompts 6
+
+(SmolLM2 has no mask token: 16, `<empty_output>`, is one it never predicts here, as in tests/test_real_model.py.)
 """
 
 import argparse
@@ -24,11 +26,10 @@ import time
 
 import torch
 
-import wedlm_hf
 from wedlm_hf.bench.measure import ForwardCounter
+from wedlm_hf.bench.models import load_model
 from wedlm_hf.bench.prompts import code_prompts, counting_prompts, grounded_prompts
 from wedlm_hf.continuous import GenerationRequest, WeDLMScheduler
-from wedlm_hf.loading import load_model_and_tokenizer
 
 ARMS = {
     "ar": {"decoding": "ar"},
@@ -129,9 +130,12 @@ def main() -> int:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--mask-token-id", type=int, default=None, help="for a model whose config names none")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    model, tokenizer = load_model_and_tokenizer(wedlm_hf.loading.pretrained_path(args.model))
+    model, tokenizer = load_model(args.model)  # WeDLM decoding enabled (a plain transformers model, too)
+    if args.mask_token_id is not None:
+        model.generation_config.mask_token_id = args.mask_token_id
     results = {name: run_set(model, tokenizer, name, args) for name in args.sets}
     print(f"model: {args.model or 'embedded checkpoint'}; {args.num_prompts} prompts per set, {args.max_new_tokens} "
           f"new tokens, medians of {args.repeats} interleaved repeats, {args.threads} thread(s)")
