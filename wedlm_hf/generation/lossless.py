@@ -100,7 +100,8 @@ class LosslessPolicy:
     def plan(self, state: WindowState) -> StepPlan:
         if not self.started:  # prompt lookup drafts from the prompt (slots 0 on), checked by the first forward too
             if self.lookup is not None:
-                self.drafts.from_lookup = self.lookup.draft(self.record, state, self.layout, ~state.done, None, True)
+                rows = ~state.done
+                self.drafts.from_lookup = self.lookup.draft(self.record, state, self.layout, rows, None, prefill=True)
             filled, leading = leading_filled(state, self.layout)
             length = torch.minimum(state.length + leading, state.max_new_tokens - state.generated)
             return StepPlan(length, state.generated, filled, leading, all_columns=self.lookup is not None)
