@@ -161,6 +161,8 @@ def test_lossless_sampling_has_the_models_distribution(setting, scoring, monkeyp
     assert stats["accepted"] < stats["drafted"], stats  # and some are rejected: both branches run
     if options.get("wedlm_prompt_lookup"):  # mask slots draft 2 per row (window 3), never after a rejection
         assert stats["drafted"] > 2 * DRAWS, stats
+        first_step = [steps.count(steps[0]) for steps in output.wedlm_stats.commit_steps[::2]]  # the first prompt's
+        assert sum(count > 1 for count in first_step) > 0.1 * len(first_step)  # drafts passed in the prefill
     generated = output.sequences[:, input_ids.shape[1] :].tolist()
     warpers, exact, counts = _warpers(options), {}, {}
     for row, (prompt, mask) in enumerate(zip(prompts, attention)):
