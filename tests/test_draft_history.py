@@ -5,7 +5,7 @@ greedy `generate()`."""
 import pytest
 
 import wedlm_hf
-from test_continuous_batching import lone_generate, run_staggered, server_config
+from test_continuous_batching import WINDOW, lone_generate, run_staggered, server_config
 from tiny_models import tiny_model
 from wedlm_hf.cli import main
 from wedlm_hf.continuous import GenerationRequest, WeDLMScheduler
@@ -37,6 +37,18 @@ def test_history_drafts_cut_forwards_and_keep_the_output(model):
     forwards = [sum(result.stats.forwards[0] for result in results) for results in (without, with_history)]
     accepted = sum(result.stats.accepted[0] for result in with_history)
     assert forwards[1] < forwards[0] and accepted > 0, (forwards, accepted)
+
+def test_a_repeated_request_drafts_its_earlier_answer_in_the_prefill(model):
+    """The same prompt again: its last n-gram ends the earlier prompt in the history, so the first forward already
+    checks the earlier answer, and commits as much of it as the model decodes again."""
+    config = server_config(model, wedlm_lossless=True)
+    scheduler = WeDLMScheduler(model, config, max_batch_size=2, draft_history=4096)
+    first = run_staggered(scheduler, [GenerationRequest(PROMPTS[2], BUDGET, request_id="a")], [0])["a"]
+    again = run_staggered(scheduler, [GenerationRequest(PROMPTS[2], BUDGET, request_id="b")], [0])["b"]
+    assert again.tokens == first.tokens == lone_generate(model, PROMPTS[2], BUDGET, config)[0]
+    steps = again.stats.commit_steps[0]
+    assert steps.count(steps[0]) == WINDOW and first.stats.commit_steps[0].count(steps[0]) == 1  # 3 drafts + 1
+
 
 def test_history_needs_lossless_decoding(model):
     with pytest.raises(ValueError, match="`draft_history` drafts from earlier requests for lossless"):

@@ -6,6 +6,7 @@ stopping criterion (each of those legitimately reads tokens on the host).
 """
 
 import pytest
+import torch
 from tiny_models import MASK_ID, random_prompts, tiny_model
 
 import wedlm_hf
@@ -15,10 +16,17 @@ from wedlm_hf.generation import fill, loop
 SYNCS_PER_STEP = 2
 
 
-def syncs_per_step(monkeypatch, family: str, lengths: list[int], **options) -> tuple[float, list[str]]:
+def syncs_per_step(
+    monkeypatch, family: str, lengths: list[int], repeat: int = 0, **options
+) -> tuple[float, list[str]]:
+    """Host reads per step over `lengths` random prompts, each followed by its first `repeat` tokens again."""
     monkeypatch.setattr(fill, "HOST_READS_ARE_FREE", ())  # count what an accelerator runs: a read stalls it
     model = wedlm_hf.enable(tiny_model(family, seed=2, peak=40))
     input_ids, attention_mask = random_prompts(lengths, seed=4)
+    if repeat:
+        first = (attention_mask == 0).sum(1, keepdim=True) + torch.arange(repeat)
+        input_ids = torch.cat([input_ids, input_ids.gather(1, first)], 1)
+        attention_mask = torch.cat([attention_mask, torch.ones_like(first)], 1)
     counter = SyncCounter()
     with counter.patched(monkeypatch):
         output = model.generate(
@@ -59,6 +67,14 @@ def syncs_per_step(monkeypatch, family: str, lengths: list[int], **options) -> t
 @pytest.mark.parametrize("lengths", [[7], [5, 9, 3]])
 def test_at_most_two_host_syncs_per_step(monkeypatch, family, options, lengths):
     per_step, where = syncs_per_step(monkeypatch, family, lengths, **options)
+    assert 1 <= per_step <= SYNCS_PER_STEP, f"{per_step:.2f} syncs per step: {sorted(set(where))}"
+
+
+@pytest.mark.parametrize("options", [{}, {"do_sample": True, "temperature": 0.7, "top_k": 20}])
+def test_prompt_lookup_in_the_prefill_adds_no_sync(monkeypatch, options):
+    """Prompts that repeat their start, so the first forward checks drafts from the prompt too."""
+    options = {"wedlm_lossless": True, "wedlm_prompt_lookup": True, **options}
+    per_step, where = syncs_per_step(monkeypatch, "wedlm", [7, 4, 9], repeat=3, **options)
     assert 1 <= per_step <= SYNCS_PER_STEP, f"{per_step:.2f} syncs per step: {sorted(set(where))}"
 
 

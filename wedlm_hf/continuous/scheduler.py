@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
-from ..generation.lossless import MaskTokenPredicted
+from ..generation.draft_state import MaskTokenPredicted
 from ..generation.outputs import CANCELLED, ERROR
 from ..generation.sampling import SamplingParams
 from ..generation.window import InputRow

@@ -249,7 +249,7 @@ def _first_window(
     max_new_tokens: torch.Tensor,
 ) -> WindowState:
     """Every row's state before the first forward: an all-mask window of `window_size` slots (within
-    max_new_tokens), fed together with the prompt."""
+    max_new_tokens), fed together with the prompt (lossless prompt lookup may draft its first slots: lossless.py)."""
     batch_size, device = input_ids.shape[0], input_ids.device
     width, zeros = layout.width, torch.zeros(batch_size, dtype=torch.long, device=device)
     return WindowState(

@@ -1,12 +1,14 @@
 """Drafts from the context (prompt lookup): where the row's last n tokens occurred before, in its prompt or its
 output, the tokens that followed them there are likely to follow again (editing code, quoting a document).
 
-Lossless mode verifies these drafts like any other (`lossless.py`); under sampling a lookup draft is a proposal
-of probability 1 (q is one-hot), which speculative sampling accepts with probability p(token). One search serves
-every row: the n-grams of the ids tensor (`unfold`) compared with each row's last n-gram, the latest earlier match
-taken, no per-row loop. With a history (`TokenHistory`: the texts of requests a server answered before, as
-vLLM's suffix drafts and SuffixDecoding use them), its n-grams are searched the same way, for repetitive
-workloads.
+Lossless mode verifies these drafts like any other (`lossless.py`), from the first forward on: before it, the
+prompt's last n-gram drafts the first window, as transformers' prompt lookup proposes candidates in its first
+forward. Under sampling a lookup draft is a proposal of probability 1 (q is one-hot), which speculative sampling
+accepts with probability p(token). One search serves every row: the n-grams of the ids tensor (`unfold`)
+compared with each row's last n-gram, the latest earlier match taken, no per-row loop. With a history
+(`TokenHistory`: the texts of requests a server answered before, as vLLM's suffix drafts and SuffixDecoding use
+them), its n-grams are searched the same way, for repetitive workloads (a repeated request's prefill then drafts
+the earlier answer).
 """
 
 from dataclasses import dataclass
@@ -14,6 +16,7 @@ from typing import Protocol
 
 import torch
 
+from . import fill
 from .record import OutputRecord
 from .window import WindowLayout, WindowState
 
@@ -36,16 +39,25 @@ class PromptLookup:
     """Earlier texts searched too: at each n-gram size after the row's own context, so the longest match wins
     and the row's own text wins a tie."""
 
-    def continuation(self, record: OutputRecord, state: WindowState) -> tuple[torch.Tensor, torch.Tensor]:
+    def continuation(
+        self, record: OutputRecord, state: WindowState, prefill: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per row, the (rows, tokens) tokens that followed the latest earlier occurrence of its last n-gram (the
         longest of at most `ngram` tokens that occurred before), and how many of them there are (0: no match). A
-        row's context is its prompt (without padding), its committed tokens and its certain token (slot 0)."""
+        row's context is its prompt (without padding), its committed tokens and its certain token (slot 0); before
+        the first forward (`prefill`) its prompt alone, which ends at the same column in every row (no host read)."""
         device = state.window.device
-        end = record.prompt_length + state.generated  # the certain token's column
-        width = int(end.max()) + 1
+        end = record.prompt_length + state.generated - int(prefill)  # the certain (or last prompt) token's column
+        if prefill:
+            width = record.prompt_length
+        elif device.type in fill.HOST_READS_ARE_FREE:  # up to the longest context, read on the host
+            width = int(end.max()) + 1
+        else:  # every column (those past a row's context never match): a read would stall the device's queue
+            width = record.sequences.shape[1]
         columns = torch.arange(width, device=device)
         ids = record.sequences[state.rows[:, None], columns.clamp(max=record.sequences.shape[1] - 1)[None]]
-        ids = ids.scatter(1, end[:, None], state.window[:, :1])
+        if not prefill:
+            ids = ids.scatter(1, end[:, None], state.window[:, :1])
         first = record.prompt_length - state.first_position  # the first real column (after the left padding)
         corpus = None if self.history is None else self.history.tokens.to(device)
         found, from_history = torch.zeros_like(end, dtype=torch.bool), torch.zeros_like(end, dtype=torch.bool)
@@ -83,21 +95,28 @@ class PromptLookup:
         layout: WindowLayout,
         eligible: torch.Tensor,
         draft_probs: torch.Tensor | None,
+        prefill: bool = False,
     ) -> torch.Tensor:
-        """Put each `eligible` row's continuation in the slots after its certain token, the window growing to hold
-        them and one mask slot (within `window_size` and max_new_tokens); with sampling, `draft_probs` gets their
-        one-hot proposals. Returns which rows got drafts."""
-        tokens, count = self.continuation(record, state)
+        """Put each `eligible` row's continuation in the slots after its certain token (`prefill`: from slot 0, the
+        continuation of the prompt, before the first forward), the window growing to hold them and one mask slot
+        (within `window_size` and max_new_tokens); with sampling, `draft_probs` gets their one-hot proposals.
+        Returns which rows got drafts."""
+        tokens, count = self.continuation(record, state, prefill)
         room = torch.clamp(state.max_new_tokens - state.generated, max=layout.window_size)
         count = torch.minimum(count, room - 1).masked_fill(~eligible, 0)
-        size = min(self.tokens, layout.window_size - 1)
+        size, first = self.slots(layout), int(not prefill)
         placed = layout.slots[:, :size] < count[:, None]
-        drafts = state.window[:, 1 : 1 + size]  # views: the drafts land in the state
+        drafts = state.window[:, first : first + size]  # views: the drafts land in the state
         drafts.copy_(torch.where(placed, tokens[:, :size], drafts))
-        state.fill_step[:, 1 : 1 + size].masked_fill_(placed, record.steps)
+        state.fill_step[:, first : first + size].masked_fill_(placed, record.steps)
         if draft_probs is not None:
-            probs = draft_probs[:, 1 : 1 + size]
+            probs = draft_probs[:, first : first + size]
             one_hot = torch.zeros_like(probs).scatter_(-1, tokens[:, :size, None], 1.0)
             probs.copy_(torch.where(placed[..., None], one_hot, probs))
-        state.length = torch.where(count > 0, torch.maximum(state.length, torch.minimum(count + 2, room)), state.length)
+        grown = torch.maximum(state.length, torch.minimum(count + 1 + first, room))
+        state.length = torch.where(count > 0, grown, state.length)
         return count > 0
+
+    def slots(self, layout: WindowLayout) -> int:
+        """The most drafts a row gets at once (the certain token and one mask slot take the rest of a window)."""
+        return min(self.tokens, layout.window_size - 1)

@@ -10,57 +10,38 @@ leading drafts pass, the logits of the last one give the next certain token for 
 at least one token, and the committed tokens are the model's AR continuation by construction (greedy: token for
 token; sampling: in distribution).
 
+The first forward feeds the prompt with the first window and has no certain token yet: the prompt's last token's
+logits give the first one. With prompt lookup, a row whose prompt's last n-gram occurred before (in it, or in the
+history) drafts its continuation into slots 0 on, verified there as later drafts are: the ones that pass are
+committed, the token after them is the first certain one, and the mask predictions draft only if none failed.
+
 New drafts come only from predictions that saw verified tokens: after a correction the row drafts nothing until
 the next forward, which predicts its masks from the corrected prefix. (Drafting from the same forward would use
 predictions conditioned on the rejected token, and a rejected slot's logits predict the slot after it; on the
 embedded checkpoint's counting prompts, drafting at threshold 1.0, that gave 6.5 tokens per forward, not 10.3.)
 """
 
-from dataclasses import dataclass
-
 import torch
 
 from .draft_schedule import DraftSchedule
+from .draft_state import DraftState, MaskTokenPredicted
 from .fill import SlotFiller, gather_columns
 from .record import OutputRecord
 from .selection import slot_entropy
 from .lookup import PromptLookup
 from .tree import Branch, verify as verify_tree
 from .verify import Verifier, greedy_accept
-from .window import Forward, Kept, PerRow, StepPlan, Updates, WindowLayout, WindowState, leading_filled, shift
-
-class MaskTokenPredicted(ValueError):
-    """The model's greedy next token is the mask token in input rows `rows`: lossless cannot go on in those."""
-
-    def __init__(self, rows: list[int]):
-        self.rows = rows
-        super().__init__("The model's greedy next token is the mask token; `wedlm_lossless=True` needs a model that "
-                         "never emits `mask_token_id` as a next token (any WeDLM-trained checkpoint).")
-
-
-@dataclass
-class DraftState(PerRow):
-    """Lossless mode's per-row state (first dimension: the running rows)."""
-
-    drafted: torch.Tensor
-    accepted: torch.Tensor
-    corrected: torch.Tensor
-    """Counters: drafts checked, drafts accepted, forwards that corrected a draft."""
-    mask_predicted: torch.Tensor
-    """A row whose next token was the mask id (reported at the next sync: lossless cannot go on)."""
-    from_lookup: torch.Tensor
-    lookup_ok: torch.Tensor
-    """Prompt lookup: whether the row's drafts came from the context (the adaptive limit ignores those), and
-    whether its last lookup drafts were not all rejected."""
-
+from .window import Forward, Kept, StepPlan, Updates, WindowLayout, WindowState, leading_filled, shift
 
 class LosslessPolicy:
     """AR decoding by verification. Per row, `draft_limit` bounds the drafts a forward checks: a window of
     `draft_limit + 2` slots, as `wedlm_draft_schedule="adaptive"` sets it (`draft_schedule.py`); `"full"` drafts
     every slot of a `window_size` window, always. With prompt lookup (`lookup.py`), a row whose slot after the
     certain token holds no mask prediction takes the context's continuation there, whatever its `draft_limit`:
-    such a draft costs no forward of its own. With `tree`, every row's lookup drafts are verified beside its window's
-    (`tree.py`)."""
+    such a draft costs no forward of its own; before the first forward, every row with a match takes it in slots 0
+    on (the prefill verifies them). With `tree`, every later step verifies each row's lookup drafts beside its
+    window's (`tree.py`).
+    """
 
     counter_names = ("drafted", "accepted", "corrected")
 
@@ -93,9 +74,13 @@ class LosslessPolicy:
         self._limit_window(state)
 
     def plan(self, state: WindowState) -> StepPlan:
-        if not self.started:
-            filled, none = state.window != self.layout.mask_id, torch.zeros_like(state.length)
-            return StepPlan(length=state.length.clone(), start=state.generated, filled=filled, leading=none,
+        if not self.started:  # prompt lookup drafts from the prompt (slots 0 on), checked by the first forward too
+            if self.lookup is not None:
+                rows = ~state.done
+                self.drafts.from_lookup = self.lookup.draft(self.record, state, self.layout, rows, None, prefill=True)
+            filled, leading = leading_filled(state, self.layout)
+            length = torch.minimum(state.length + leading, state.max_new_tokens - state.generated)
+            return StepPlan(length, state.generated, filled, leading, all_columns=self.lookup is not None,
                             **self._branch_plan())
         # 1. the certain token is committed now; its K/V come from the forward below
         filled, leading = leading_filled(state, self.layout)
@@ -109,9 +94,7 @@ class LosslessPolicy:
         return StepPlan(length, start, filled, leading, all_columns=True, checks=checks, **self._branch_plan())
 
     def _branch_plan(self) -> dict:
-        branch = self.branch
-        return {} if branch is None else {"branch_tokens": branch.tokens, "branch_depth": branch.depth,
-                                          "branch_count": branch.count}
+        return {} if self.branch is None else self.branch.plan_fields()
 
     def checked(self, values: list[int]) -> None:
         if values and values[0]:
@@ -120,24 +103,7 @@ class LosslessPolicy:
     def update(self, state: WindowState, plan: StepPlan, forward: Forward) -> Kept:
         """Verify, commit and draft from this forward; returns the K/V per row the cache keeps."""
         if not self.started:
-            self.started = True
-            none = torch.zeros_like(plan.length)
-            if self.verifier.do_sample:
-                shape = (state.window.shape[0], self.layout.window_size, forward.logits.shape[-1])
-                self.draft_probs = torch.zeros(shape, device=none.device)
-            slot_physical = shift(state, self.layout, none, plan.length, forward.physical)
-            raw = forward.prompt_logits[:, None]
-            scores = self.verifier.scores(state, raw, torch.ones_like(none))
-            self._place_certain(state, self.verifier.next_tokens(scores, state)[:, 0], raw, scores)
-            self.filler.fill(state, forward.logits, slot_physical, self._fillable(state), self.draft_probs)
-            greedy = self._greedy_rows(state)  # (sampled drafts pass by p/q: no cut for those)
-            if self.adaptive and self.trained and greedy is not None:
-                columns = slot_physical[:, 1:].clamp(0, forward.logits.shape[1] - 1)
-                entropy = slot_entropy(gather_columns(forward.logits, columns))
-                self.schedule.first_window(entropy, self.filler.settings.entropy_threshold, greedy)
-                self._limit_window(state)
-            self._draft_from_context(state)
-            return Kept(none)
+            return self._first_update(state, plan, forward)
         if forward.fed == 1 and not state.scores.kinds and forward.branch_logits is None:
             return self._ar_only_update(state, plan, forward)
         window_size, drafts, logits, fed = self.layout.window_size, plan.leading - 1, forward.logits, forward.fed
@@ -197,7 +163,41 @@ class LosslessPolicy:
         self._draft_from_context(state)
         return Kept(1 + committed, branch_columns)
 
-    def _ar_only_update(self, state: WindowState, plan: StepPlan, forward: Forward) -> torch.Tensor:
+    def _first_update(self, state: WindowState, plan: StepPlan, forward: Forward) -> Kept:
+        """`update` after the first forward, which has no certain token yet: the prompt's AR prediction decides, at
+        the prompt lookup drafts of slots 0 on (`plan.leading` per row) first; the accepted ones are committed (their
+        K/V kept), the token after them becomes certain, and the mask predictions fill the slots after it unless a
+        draft failed (they saw it). Rows with no drafts commit nothing here: slot 0 gets the prompt's prediction."""
+        self.started, layout, logits = True, self.layout, forward.logits
+        if self.verifier.do_sample:
+            shape = (state.window.shape[0], layout.window_size, logits.shape[-1])
+            self.draft_probs = torch.zeros(shape, device=logits.device)
+        size = 0 if self.lookup is None else self.lookup.slots(layout)
+        columns = forward.physical[:, :size].clamp(0, forward.fed - 1)
+        raw = torch.cat([forward.prompt_logits[:, None], gather_columns(logits, columns)], 1)
+        drafts = plan.leading
+        accepted, next_certain, scores = self.verifier.prefill(state, raw, state.window[:, :size], drafts)
+        corrected, counts = accepted < drafts, self.drafts
+        counts.drafted, counts.accepted = counts.drafted + drafts, counts.accepted + accepted
+        counts.corrected, counts.lookup_ok = counts.corrected + corrected, ~counts.from_lookup | (accepted > 0)
+        if size:
+            if state.scores.kinds:
+                state.scores.place(slice(0, size), raw[:, :size], scores[:, :size])
+            state.done |= self.record.commit(state, accepted)
+        certain = (gather_columns(raw, accepted[:, None]), gather_columns(scores, accepted[:, None]))
+        slot_physical = shift(state, layout, accepted, plan.length, forward.physical)
+        state.window = state.window.masked_fill(corrected[:, None] & (layout.slots >= 1), layout.mask_id)
+        self._place_certain(state, next_certain, *certain)
+        self.filler.fill(state, logits, slot_physical, self._fillable(state) & ~corrected[:, None], self.draft_probs)
+        greedy = self._greedy_rows(state)  # (sampled drafts pass by p/q: no cut for those)
+        if self.adaptive and self.trained and greedy is not None:
+            entropy = slot_entropy(gather_columns(logits, slot_physical[:, 1:].clamp(0, logits.shape[1] - 1)))
+            self.schedule.first_window(entropy, self.filler.settings.entropy_threshold, greedy & ~corrected)
+        self._limit_window(state)
+        self._draft_from_context(state)
+        return Kept(accepted)
+
+    def _ar_only_update(self, state: WindowState, plan: StepPlan, forward: Forward) -> Kept:
         """`update` after a forward of one column per row (every window is the certain token alone): its chosen
         token is the next certain token, written over slot 0 in place (the slots after it hold masks, whose draft
         distributions are never read), and there is nothing to verify, count, fill or shift. Same result as the

@@ -60,6 +60,10 @@ class Branch(PerRow):
         offsets = (shared[:, None] + torch.arange(size, device=tokens.device)).clamp(max=n - 1)
         self.tokens = tokens.gather(1, offsets)
 
+    def plan_fields(self) -> dict[str, torch.Tensor]:
+        """The branch as `StepPlan` carries it to the forward."""
+        return {"branch_tokens": self.tokens, "branch_depth": self.depth, "branch_count": self.count}
+
     def kept_columns(self, took: torch.Tensor, branch_width: int, window_size: int) -> torch.Tensor:
         """(rows, window_size) the fed column of each window slot's K/V after verification: the window's columns
         follow the branch's `branch_width`; a row that `took` its branch has its tokens from slot `depth` on."""

@@ -42,20 +42,38 @@ class Verifier:
         """Whether verification needs the positions' full scores (else an argmax of the raw logits decides)."""
         return bool(self.logits_processor) or self.do_sample or self.record.sampling is not None
 
-    def scores(self, state: WindowState, logits: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    def scores(
+        self, state: WindowState, logits: torch.Tensor, count: torch.Tensor, drafts: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """(rows, positions, vocab) float32 scores: position j of row r through the processors with the prefix
-        committed(r) + window[r, 1 : 1 + j] (slot 0, the certain token, is committed already), for j < count[r];
-        the other positions stay raw."""
+        committed(r) + drafts[r, :j], for j < count[r]; the other positions stay raw. `drafts` default to the
+        window's slots after the certain token (slot 0, committed already)."""
         scores = logits.to(dtype=torch.float32, copy=True)
         record, positions, sampling = self.record, logits.shape[1], self.record.sampling
+        drafts = state.window[:, 1:positions] if drafts is None else drafts
         if self.logits_processor:
-            scores = self._grouped(state, scores, count)
+            scores = self._grouped(state, scores, count, drafts)
         if sampling is None:
             return scores
-        seen = sampling.seen(record, state, scores.shape[-1], state.window[:, 1:positions])
+        seen = sampling.seen(record, state, scores.shape[-1], drafts)
         return sampling.processed(scores, state.rows, seen)
 
-    def _grouped(self, state: WindowState, scores: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    def prefill(
+        self, state: WindowState, logits: torch.Tensor, drafts: torch.Tensor, count: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The first forward's check, before any certain token: `logits` (rows, k + 1, vocab) are the prompt's last
+        token's and those of the k `drafts` (rows, k) fed after it (prompt lookup's, proposals of probability 1:
+        q is one-hot), `count` of them per row. Returns how many pass, the token after them and the scores."""
+        scores = self.scores(state, logits, count + 1, drafts)
+        if drafts.shape[1] == 0:
+            return torch.zeros_like(count), self.next_tokens(scores, state)[:, 0], scores
+        one_hot = torch.zeros_like(scores[:, :-1]).scatter_(-1, drafts[..., None], 1.0) if self.do_sample else None
+        accepted, token = self.verify(scores, drafts, count, one_hot, state)
+        return accepted, token, scores
+
+    def _grouped(
+        self, state: WindowState, scores: torch.Tensor, count: torch.Tensor, drafts: torch.Tensor
+    ) -> torch.Tensor:
         """The call's processors at each position, its exact prefix as input ids: one stacked call per length."""
         record, positions, device = self.record, scores.shape[1], scores.device
         committed = record.prompt_length + state.generated
@@ -64,7 +82,7 @@ class Verifier:
         columns = torch.arange(longest, device=device).clamp(max=record.sequences.shape[1] - 1)
         prefixes = record.sequences[state.rows[:, None], columns[None]]
         if positions > 1:
-            prefixes.scatter_(1, committed[:, None] + steps[None, :-1], state.window[:, 1:positions])
+            prefixes.scatter_(1, committed[:, None] + steps[None, :-1], drafts)
         rows, position = (steps[None] < count[:, None]).nonzero(as_tuple=True)
         lengths = committed[rows] + position
         for length in lengths.unique().tolist():

@@ -171,7 +171,8 @@ class WindowState(PerRow):
 class StepPlan(PerRow):
     """What a policy decided before a forward, per running row: the window length to feed, the window's start
     among the generated tokens, which slots are filled and how many lead (plain: committed; lossless: the certain
-    token and its drafts). `checks` are 0-dim tensors the step sync reads with everything else."""
+    token and its drafts, or in the first window, which has no certain token yet, prompt lookup's drafts).
+    `checks` are 0-dim tensors the step sync reads with everything else."""
 
     length: torch.Tensor
     start: torch.Tensor
