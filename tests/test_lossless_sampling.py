@@ -21,7 +21,7 @@ from transformers import LogitsProcessorList
 from transformers.generation import logits_process as lp
 
 import wedlm_hf
-from wedlm_hf.generation import decoding, fill, lossless
+from wedlm_hf.generation import decoding, fill, tree
 
 DRAWS = 48000
 """Lossless samples per setting, half per prompt."""
@@ -143,14 +143,14 @@ def test_lossless_sampling_has_the_models_distribution(setting, scoring, monkeyp
         monkeypatch.setattr(fill, "HOST_READS_ARE_FREE", ())
     if scoring == "chain":
         monkeypatch.setattr(decoding, "trees_allowed", lambda *args: False)
-    branches_taken, verify_tree = [], lossless.verify_tree
+    branches_taken, verified = [], tree.verified
 
     def counted(*args):
-        result = verify_tree(*args)
+        result = verified(*args)
         branches_taken.append(int(result[1].sum()))
         return result
 
-    monkeypatch.setattr(lossless, "verify_tree", counted)
+    monkeypatch.setattr(tree, "verified", counted)
     options = SETTINGS[setting]
     depth = 3 if options.get("top_k") == 2 else 2  # three tokens where two per step keep the cells few
     family = "llama" if setting == "top_p" else "wedlm"

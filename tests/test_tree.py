@@ -12,26 +12,26 @@ from tiny_models import MASK_ID, tiny_model
 
 import wedlm_hf
 from wedlm_hf.continuous import GenerationRequest, WeDLMScheduler
-from wedlm_hf.generation import decoding, lossless
+from wedlm_hf.generation import decoding, tree
 from wedlm_hf.generation.draws import draw
 from wedlm_hf.generation.fill import SlotFiller
-from wedlm_hf.generation.tree import Branch, _sampled_branch, tree_mask
+from wedlm_hf.generation.tree import Branch, _sampled_branches, tree_mask
 from wedlm_hf.generation.verify import speculative_target
 
 
 @pytest.fixture
 def taken(monkeypatch):
-    """Every branch verification's rows that took their branch, with their depths."""
+    """Every branch verification's rows that took a branch: the depth of the branch each took."""
     seen = []
 
     def spy(*args):
-        result = verify(*args)
-        branch, took = args[7], result[1]
-        seen.extend(branch.depth[took].tolist())
+        result = verified(*args)
+        branch, took, best = args[7], result[1], result[2]
+        seen.extend(branch.depth.gather(1, best[:, None]).squeeze(1)[took].tolist())
         return result
 
-    verify = lossless.verify_tree
-    monkeypatch.setattr(lossless, "verify_tree", spy)
+    verified = tree.verified
+    monkeypatch.setattr(tree, "verified", spy)
     return seen
 
 
@@ -108,43 +108,51 @@ def test_trees_need_a_4d_mask_and_free_shapes():
 
 
 def test_tree_mask_lets_a_branch_see_its_ancestors_only():
-    # two branch columns diverging at slot 2 (ancestors: window columns 0 and 1), a window of three columns
-    mask = tree_mask(torch.tensor([2]), branch_width=2, fed=3)[0].int().tolist()
+    # two branches of two columns, leaving the window at slots 2 and 1, before a window of three columns
+    mask = tree_mask(torch.tensor([[2, 1]]), width=2, fed=3)[0].int().tolist()
     assert mask == [
-        [1, 0, 1, 1, 0],
-        [1, 1, 1, 1, 0],
-        [0, 0, 1, 0, 0],
-        [0, 0, 1, 1, 0],
-        [0, 0, 1, 1, 1],
+        [1, 0, 0, 0, 1, 1, 0],
+        [1, 1, 0, 0, 1, 1, 0],
+        [0, 0, 1, 0, 1, 0, 0],
+        [0, 0, 1, 1, 1, 0, 0],
+        [0, 0, 0, 0, 1, 0, 0],
+        [0, 0, 0, 0, 1, 1, 0],
+        [0, 0, 0, 0, 1, 1, 1],
     ]
 
 
-def test_recursive_rejection_at_a_branch_node_draws_the_models_distribution():
-    """At the node where a branch leaves the window: the window's draft x ~ q passes with min(1, p/q); then the
-    branch token b passes with the residual's probability of it; else a draw from the residual without b. The first
-    token emitted there must be distributed as p, and b's continuation as p after b."""
+@pytest.mark.parametrize("second_first", [4, 2])
+def test_recursive_rejection_at_a_branch_node_draws_the_models_distribution(second_first):
+    """At the node where two branches leave the window: the window's draft x ~ q passes with min(1, p/q); then
+    each branch's first token in turn passes with the remaining distribution's probability of it, which then
+    loses it; else a draw from what remains. The first token emitted there must be distributed as p (also when
+    both branches start with the same token), and a taken branch's continuation as p after its token."""
     draws, generator = 60000, torch.Generator().manual_seed(5)
     p = torch.tensor([0.05, 0.3, 0.25, 0.1, 0.2, 0.1])
     q = torch.tensor([0.4, 0.1, 0.05, 0.25, 0.1, 0.1])
-    after_b = torch.tensor([0.5, 0.1, 0.1, 0.1, 0.1, 0.1])
+    after = {2: torch.tensor([0.5, 0.1, 0.1, 0.1, 0.1, 0.1]), 4: torch.tensor([0.1, 0.6, 0.1, 0.1, 0.05, 0.05])}
     x = torch.multinomial(q.expand(draws, -1), 1, generator=generator)
-    b = 2  # the branch token (a likely one, so its continuation is often reached)
     accepted, target = speculative_target(
         torch.stack([p, p]).expand(draws, -1, -1), x, torch.ones(draws, dtype=torch.long), q.expand(draws, 1, -1),
         torch.ones(draws, 1, dtype=torch.bool), torch.rand(draws, 1, generator=generator),
     )
-    branch = Branch(torch.tensor([[b, 0]]).expand(draws, -1), torch.ones(draws, dtype=torch.long),
-                    torch.full((draws,), 2))
-    branch_probs = torch.stack([after_b, p]).expand(draws, -1, -1)
-    uniform = torch.rand(draws, 2, generator=generator)
-    in_branch = torch.ones(draws, 2, dtype=torch.bool)
-    took, taken, final = _sampled_branch(target, accepted, branch, branch.tokens, in_branch, branch_probs, uniform)
+    firsts, seconds = [2, second_first], [0, 1]  # each branch: its first token, then the one it proposes after it
+    tokens = torch.tensor([[firsts[0], seconds[0]], [firsts[1], seconds[1]]]).expand(draws, -1, -1)
+    branch = Branch(tokens, torch.ones(draws, 2, dtype=torch.long), torch.full((draws, 2), 2))
+    probs = torch.stack([torch.stack([after[first], p]) for first in firsts]).expand(draws, -1, -1, -1)
+    uniform = torch.rand(draws, 2, 2, generator=generator)
+    in_branch = torch.ones(draws, 2, 2, dtype=torch.bool)
+    accepted, took, best, taken, final = _sampled_branches(accepted, target, branch, tokens, in_branch, probs, uniform)
     last = draw(final[:, None], torch.rand(draws, 1, generator=generator))[:, 0]
-    first = torch.where(accepted > 0, x[:, 0], torch.where(took, b, last))
-    second = torch.where(taken > 1, 0, last)[took]  # after a taken b: its continuation 0 passed, or a draw
-    assert bool((~took | (accepted == 0)).all())  # the branch is tried only after the window's draft failed
-    for tokens, probs in ((first, p), (second, after_b)):
-        counts = torch.bincount(tokens, minlength=6).tolist()
+    first = torch.where(accepted > 0, x[:, 0], torch.where(took, tokens[torch.arange(draws), best, 0], last))
+    assert bool((~took | (accepted == 0)).all())  # branches are tried only after the window's draft failed
+    checks = [(first, p)]
+    for index in range(2 if second_first != firsts[0] else 1):  # (a repeated first token is never taken twice)
+        rows = took & (best == index)
+        checks.append((torch.where(taken > 1, seconds[index], last)[rows], after[firsts[index]]))
+    assert not bool((took & (best == 1)).any()) or second_first != firsts[0]
+    for tokens_drawn, probs in checks:
+        counts = torch.bincount(tokens_drawn, minlength=6).tolist()
         exact = {(0, t): float(probs[t]) for t in range(6)}
-        statistic, df = _chi_square({(0, t): c for t, c in enumerate(counts)}, exact, len(tokens))
+        statistic, df = _chi_square({(0, t): c for t, c in enumerate(counts)}, exact, len(tokens_drawn))
         assert statistic < _critical(df + 1), (statistic, counts)

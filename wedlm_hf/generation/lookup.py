@@ -42,10 +42,12 @@ class PromptLookup:
     def continuation(
         self, record: OutputRecord, state: WindowState, prefill: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per row, the (rows, tokens) tokens that followed the latest earlier occurrence of its last n-gram (the
-        longest of at most `ngram` tokens that occurred before), and how many of them there are (0: no match). A
-        row's context is its prompt (without padding), its committed tokens and its certain token (slot 0); before
-        the first forward (`prefill`) its prompt alone, which ends at the same column in every row (no host read)."""
+        """Per row, the (rows, 2, tokens) tokens that followed the latest and the earliest earlier occurrence of
+        its last n-gram (the longest of at most `ngram` tokens that occurred before), and how many of them there are
+        (rows, 2) (0: no match; a match in the history is its latest, twice). A row's context is its prompt (without
+        padding), its committed tokens and its certain token (slot 0); before the first forward (`prefill`) its
+        prompt alone, which ends at the same column in every row (no host read). Where an edit repeats a text, the
+        latest occurrence is the one being rewritten; where a pattern recurs, the earliest may have gone on longer."""
         device = state.window.device
         end = record.prompt_length + state.generated - int(prefill)  # the certain (or last prompt) token's column
         if prefill:
@@ -61,7 +63,7 @@ class PromptLookup:
         first = record.prompt_length - state.first_position  # the first real column (after the left padding)
         corpus = None if self.history is None else self.history.tokens.to(device)
         found, from_history = torch.zeros_like(end, dtype=torch.bool), torch.zeros_like(end, dtype=torch.bool)
-        source = torch.zeros_like(end)
+        source = torch.zeros_like(end)[:, None].repeat(1, 2)  # latest, earliest
         for size in range(min(self.ngram, width - 1), 0, -1):  # the longest match, as transformers' lookup does
             last_gram = ids.gather(1, (end[:, None] - size + 1 + torch.arange(size, device=device)).clamp(min=0))
             has_gram = end - size + 1 >= first  # the row has `size` real tokens
@@ -70,23 +72,24 @@ class PromptLookup:
             matches = (grams == last_gram[:, None]).all(-1)
             matches &= (starts >= first[:, None]) & (starts + size <= end[:, None])  # real tokens, strictly earlier
             matches &= has_gram[:, None]
-            source = torch.where(found, source, torch.where(matches, starts, -1).amax(1) + size)
+            at = torch.stack([torch.where(matches, starts, -1).amax(1), torch.where(matches, starts, width).amin(1)], 1)
+            source = torch.where(found[:, None], source, at + size)
             found |= matches.any(1)
             if corpus is not None and corpus.numel() >= size:
                 earlier = (corpus.unfold(0, size, 1)[None] == last_gram[:, None]).all(-1) & has_gram[:, None]
                 latest = torch.where(earlier, torch.arange(earlier.shape[1], device=device), -1).amax(1) + size
                 taken = ~found & earlier.any(1)
-                source, from_history, found = torch.where(taken, latest, source), from_history | taken, found | taken
-        offsets = torch.arange(self.tokens, device=device)
-        tokens = ids.gather(1, (source[:, None] + offsets).clamp(min=0, max=width - 1))
-        count = torch.minimum(end + 1 - source, torch.full_like(end, self.tokens))
+                source = torch.where(taken[:, None], latest[:, None], source)
+                from_history, found = from_history | taken, found | taken
+        at = source[..., None] + torch.arange(self.tokens, device=device)  # (rows, 2, tokens)
+        tokens = ids.gather(1, at.flatten(1).clamp(min=0, max=width - 1)).view(at.shape)
+        count = (end[:, None] + 1 - source).clamp(max=self.tokens)
         if corpus is not None and corpus.numel():
-            told = corpus[(source[:, None] + offsets).clamp(max=corpus.numel() - 1)]
-            told = told.masked_fill(source[:, None] + offsets >= corpus.numel(), -1)
-            in_text = (told >= 0).int().cumprod(1)  # up to the end of that earlier text
-            tokens = torch.where(from_history[:, None], told.clamp(min=0), tokens)
-            count = torch.where(from_history, in_text.sum(1), count)
-        return tokens, count.masked_fill(~found, 0)
+            told = corpus[at.clamp(max=corpus.numel() - 1)].masked_fill(at >= corpus.numel(), -1)
+            in_text = (told >= 0).int().cumprod(-1)  # up to the end of that earlier text
+            tokens = torch.where(from_history[:, None, None], told.clamp(min=0), tokens)
+            count = torch.where(from_history[:, None], in_text.sum(-1), count)
+        return tokens, count.masked_fill(~found[:, None], 0)
 
     def draft(
         self,
@@ -101,7 +104,7 @@ class PromptLookup:
         continuation of the prompt, before the first forward), the window growing to hold them and one mask slot
         (within `window_size` and max_new_tokens); with sampling, `draft_probs` gets their one-hot proposals.
         Returns which rows got drafts."""
-        tokens, count = self.continuation(record, state, prefill)
+        tokens, count = (values[:, 0] for values in self.continuation(record, state, prefill))  # the latest
         room = torch.clamp(state.max_new_tokens - state.generated, max=layout.window_size)
         count = torch.minimum(count, room - 1).masked_fill(~eligible, 0)
         size, first = self.slots(layout), int(not prefill)

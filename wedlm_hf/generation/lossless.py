@@ -62,8 +62,8 @@ class LosslessPolicy:
             lookup_ok=torch.ones_like(state.done),
         )
         self.trained = trained
-        self.branch = Branch.empty(length, min(lookup.tokens, layout.window_size - 1)) if tree and lookup else None
-        """With trees: each row's lookup branch, verified beside its window (`tree.py`)."""
+        self.branch = Branch.empty(length, 2, lookup.slots(layout)) if tree and lookup else None
+        """With trees: each row's lookup branches (the latest and earliest match), verified beside its window."""
         self.schedule = DraftSchedule.starting(state.generated, layout.window_size, trained)
         """The adaptive schedule's row state (with `"full"`, only its `most` is read)."""
         self.draft_probs: torch.Tensor | None = None
@@ -117,12 +117,10 @@ class LosslessPolicy:
             scores = verifier.scores(state, raw, plan.leading)
         took = branch_columns = None
         if forward.branch_logits is not None:  # a tree: the window's drafts, or the branch from where it leaves them
-            branch = self.branch
-            accepted, took, committed, next_certain = verify_tree(
-                verifier, state, scores, chosen, draft_tokens, drafts, draft_probs, branch, forward.branch_logits
+            accepted, took, committed, next_certain, branch_columns = verify_tree(
+                verifier, state, scores, chosen, draft_tokens, drafts, draft_probs, self.branch, forward.branch_logits,
+                window_size,
             )
-            branch.write(state.window, state.fill_step, took, committed + 1 - branch.depth, self.record.steps)
-            branch_columns = branch.kept_columns(took, forward.branch_logits.shape[1], window_size)
         elif verifier.needs_scores:
             accepted, next_certain = verifier.verify(scores, draft_tokens, drafts, draft_probs, state)
         else:
@@ -130,7 +128,7 @@ class LosslessPolicy:
         committed = accepted if took is None else committed
         corrected = accepted < drafts  # (a row whose branch extends all its drafts keeps the predictions past it)
         counts = self.drafts
-        checked = drafts if took is None else drafts + plan.branch_count
+        checked = drafts if took is None else drafts + plan.branch_count.sum(1)
         counts.drafted, counts.accepted = counts.drafted + checked, counts.accepted + committed
         counts.corrected = counts.corrected + corrected
         if self.lookup is not None and took is None:
@@ -245,7 +243,7 @@ class LosslessPolicy:
             penalised = None if self.record.sampling is None else self.record.sampling.penalised
             eligible = torch.ones_like(state.done) if penalised is None else ~penalised[state.rows]
             room = torch.clamp(state.max_new_tokens - state.generated, max=self.layout.window_size)
-            self.branch.propose(state.window, self.layout.mask_id, tokens, count.masked_fill(~eligible, 0), room)
+            self.branch.propose(state.window, self.layout.mask_id, tokens, count.masked_fill(~eligible[:, None], 0), room)
             return
         eligible = state.window[:, 1] == self.layout.mask_id
         eligible &= self.schedule.draft_limit == 0 if self.adaptive else rows.lookup_ok
