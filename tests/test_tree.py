@@ -109,7 +109,7 @@ def test_trees_need_a_4d_mask_and_free_shapes():
 
 def test_tree_mask_lets_a_branch_see_its_ancestors_only():
     # two branches of two columns, leaving the window at slots 2 and 1, before a window of three columns
-    mask = tree_mask(torch.tensor([[2, 1]]), width=2, fed=3)[0].int().tolist()
+    mask = tree_mask(torch.tensor([[0, 0, 1, 1]]), torch.tensor([[2, 2, 1, 1]]), fed=3)[0].int().tolist()
     assert mask == [
         [1, 0, 0, 0, 1, 1, 0],
         [1, 1, 0, 0, 1, 1, 0],

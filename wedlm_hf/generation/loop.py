@@ -40,7 +40,7 @@ class StepSync:
     cache_values: list[int]
     checks: list[int]
     branch_width: int = 0
-    """The most tokens of a running row's branch (`tree.py`): each branch's columns fed before the windows."""
+    """The most branch tokens of a running row (`tree.py`): columns fed before the windows."""
 
 
 def step_sync(
@@ -54,7 +54,7 @@ def step_sync(
     backend needs to apply `kept` (the last forward's cache commit, if any) and the plan's checks."""
     done = state.done
     cache_values = backend.sync_values(kept) if kept is not None else []
-    branches = [] if plan.branch_count is None else [plan.branch_count.amax(1).masked_fill(done, 0).max()]
+    branches = [] if plan.branch_count is None else [plan.branch_count.sum(1).masked_fill(done, 0).max()]
     summary = torch.stack(
         [
             plan.length.masked_fill(done, 0).max(),
@@ -105,7 +105,6 @@ def feed(
         input_ids, position_ids = torch.cat([branch_ids, input_ids], 1), torch.cat([branch_positions, position_ids], 1)
         fed_live = torch.cat([branch_live, fed_live], dim=1)
         state.processed = state.processed + plan.branch_count.sum(1)
-        branch_width = branch_ids.shape[1]  # every branch's
     # with the prompt, one more column: the last prompt token's logits, the AR prediction of the first new token
     before = int(with_prompt) + branch_width
     logits = backend.forward(input_ids, position_ids, fed_live, mask_slots, keep + before, window_mask)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from .draws import draw
+from .fill import gather_columns
 from .sampling import ACCEPT, BRANCH, NEXT
 from .verify import Verifier, greedy_accept, speculative_target
 from .window import PerRow, StepPlan, WindowState
@@ -70,14 +71,20 @@ class Branch(PerRow):
         """The branches as `StepPlan` carries them to the forward."""
         return {"branch_tokens": self.tokens, "branch_depth": self.depth, "branch_count": self.count}
 
+    def fed_columns(self, width: int) -> torch.Tensor:
+        """(rows, branches, size) the fed column of each branch token: a row's branches are fed one after another
+        (`branch_inputs`), in `width` columns in all (past a branch's count: a column of no meaning)."""
+        start = self.count.cumsum(1) - self.count
+        return (start[..., None] + torch.arange(self.tokens.shape[-1], device=start.device)).clamp(max=width - 1)
+
     def kept_columns(self, best: torch.Tensor, took: torch.Tensor, width: int, window_size: int) -> torch.Tensor:
-        """(rows, window_size) the fed column of each window slot's K/V after verification: branch b's columns
-        are `b * width` on, the window's follow all branches'; a row that `took` its branch `best` has its tokens
-        from slot `depth` on."""
+        """(rows, window_size) the fed column of each window slot's K/V after verification: the window's columns
+        follow the branches' `width`; a row that `took` its branch `best` has that branch's from slot `depth` on."""
         slots = torch.arange(window_size, device=took.device)[None]
         depth = self.depth.gather(1, best[:, None])
+        start = (self.count.cumsum(1) - self.count).gather(1, best[:, None])
         from_branch = took[:, None] & (slots >= depth)
-        return torch.where(from_branch, best[:, None] * width + slots - depth, slots + width * self.depth.shape[1])
+        return torch.where(from_branch, start + slots - depth, slots + width)
 
     def write(self, window: torch.Tensor, fill_step: torch.Tensor, best: torch.Tensor, took: torch.Tensor,
               accepted: torch.Tensor, step: int) -> None:
@@ -91,31 +98,36 @@ class Branch(PerRow):
         fill_step.masked_fill_(placed, step)
 
 
-def tree_mask(depth: torch.Tensor, width: int, fed: int) -> torch.Tensor:
-    """(rows, b * width + fed, b * width + fed) which fed column each fed column attends to, `depth` (rows, b)
-    for b branches of `width` columns fed first: window columns causally among themselves, a branch's columns to
-    its own columns before them and to the window columns before its `depth` (the window's leading slots are its
-    first fed columns, in slot order)."""
-    branched = depth.shape[1] * width
-    columns = torch.arange(branched + fed, device=depth.device)
+def tree_mask(part: torch.Tensor, depth: torch.Tensor, fed: int) -> torch.Tensor:
+    """(rows, width + fed, width + fed) which fed column each fed column attends to, for `width` branch columns fed
+    first, `part` (rows, width) the branch each holds (-1: none) and `depth` (rows, width) that branch's depth:
+    window columns causally among themselves, a branch's columns to its own columns before them and to the window
+    columns before its depth (the window's leading slots are its first fed columns, in slot order)."""
+    rows, width = part.shape
+    part = torch.cat([part, part.new_full((rows, fed), -2)], 1)  # (-2: the window's)
+    depth = torch.cat([depth, depth.new_zeros((rows, fed))], 1)
+    columns = torch.arange(width + fed, device=part.device)
     query, key = columns[:, None], columns[None]
-    part = torch.where(columns < branched, columns // max(width, 1), -1)  # a column's branch (-1: the window's)
-    same_part = part[:, None] == part[None]
-    query_depth = depth[:, part.clamp(min=0)]  # (rows, columns): the depth of each query column's branch
-    ancestor = (query < branched) & (key >= branched) & (key - branched < query_depth[..., None])
-    return ((key <= query) & same_part) | ancestor
+    ancestor = (part >= 0)[..., None] & (key >= width) & (key - width < depth[..., None])
+    return ((key <= query) & (part[..., None] == part[:, None])) | ancestor
 
 
 def branch_inputs(
     plan: StepPlan, state: WindowState, width: int, fed: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A tree forward's branch columns (`width` per branch, before the window's `fed`): their ids, logical
-    positions and liveness (rows, branches * width), and the mask among all fed columns (`tree_mask`)."""
-    offsets = torch.arange(width, device=plan.length.device)
-    positions = (state.first_position + plan.start)[:, None, None] + plan.branch_depth[..., None] + offsets
-    live = offsets < plan.branch_count[..., None]
-    tokens = plan.branch_tokens[..., :width]
-    return tokens.flatten(1), positions.flatten(1), live.flatten(1), tree_mask(plan.branch_depth, width, fed)
+    """A tree forward's branch columns (`width`, before the window's `fed`): each row's branches one after
+    another, their ids, logical positions and liveness (rows, width), and the mask among all fed columns."""
+    count, tokens = plan.branch_count, plan.branch_tokens
+    ends = count.cumsum(1)
+    columns = torch.arange(width, device=count.device)
+    part = (columns[None, :, None] >= ends[:, None, :]).sum(-1)  # (rows, width): the branch of each column
+    live = part < count.shape[1]
+    part = part.clamp(max=count.shape[1] - 1)
+    offset = (columns - (ends - count).gather(1, part)).clamp(0, tokens.shape[-1] - 1)  # within the branch
+    depth = plan.branch_depth.gather(1, part)
+    ids = tokens.flatten(1).gather(1, part * tokens.shape[-1] + offset)
+    positions = (state.first_position + plan.start)[:, None] + depth + offset
+    return ids, positions, live, tree_mask(part.masked_fill(~live, -1), depth, fed)
 
 
 def verify(
@@ -131,7 +143,7 @@ def verify(
     )
     from_branch = committed + 1 - branch.depth.gather(1, best[:, None]).squeeze(1)
     branch.write(state.window, state.fill_step, best, took, from_branch, verifier.record.steps)
-    columns = branch.kept_columns(best, took, branch_logits.shape[1] // branch.count.shape[1], window_size)
+    columns = branch.kept_columns(best, took, branch_logits.shape[1], window_size)
     return accepted, took, committed, after, columns
 
 
@@ -143,23 +155,25 @@ def verified(
     """Per row: the window's drafts that pass, whether the row takes a branch and which, the tokens it commits
     after its certain token (along the chain it takes), and the token after them. The window's positions come as
     processed `scores` (rows, k + 1, vocab), or, greedy without processing, as their argmax `chosen` (rows, k +
-    1); `branch_logits` (rows, branches * width, vocab)."""
+    1); `branch_logits` (rows, branch columns, vocab), the branches fed one after another."""
     rows, branches = branch.count.shape
-    width = branch_logits.shape[1] // branches
+    size = min(branch.tokens.shape[-1], branch_logits.shape[1])
     in_draft = torch.arange(drafts.shape[1], device=drafts.device)[None] < draft_count[:, None]
-    in_branch = torch.arange(width, device=drafts.device) < branch.count[..., None]  # (rows, branches, width)
-    tokens = branch.tokens[..., :width]
+    in_branch = torch.arange(size, device=drafts.device) < branch.count[..., None]  # (rows, branches, size)
+    tokens, fed_columns = branch.tokens[..., :size], branch.fed_columns(branch_logits.shape[1])[..., :size]
     sampling = verifier.record.sampling
-    branch_scores = branch_logits.float()
-    if sampling is not None:  # its scores read no prefix here (no penalties in a tree)
-        branch_scores = sampling.processed(branch_scores, state.rows, None)
-    branch_scores = branch_scores.view(rows, branches, width, -1)
+    if sampling is None or not sampling.any_sample:  # (greedy: the argmax of each fed column is enough)
+        branch_chosen = branch_logits.argmax(-1).gather(1, fed_columns.flatten(1)).view(rows, branches, size)
+    else:  # its scores read no prefix here (no penalties in a tree)
+        branch_logits = gather_columns(branch_logits, fed_columns.flatten(1)).float()
+        branch_scores = sampling.processed(branch_logits, state.rows, None)
+        branch_scores = branch_scores.view(rows, branches, size, -1)
+        branch_chosen = branch_scores.argmax(-1)
     if chosen is None:
         chosen = scores.argmax(-1)
     accepted, after = greedy_accept(chosen, drafts, in_draft)
     node = chosen.gather(1, (branch.depth - 1).clamp(max=chosen.shape[1] - 1))  # (rows, branches)
     at_node = (branch.count > 0) & (accepted[:, None] == branch.depth - 1)
-    branch_chosen = branch_scores.argmax(-1)
     passes = (tokens[..., 1:] == branch_chosen[..., :-1]) & in_branch[..., 1:]
     taken = 1 + passes.int().cumprod(-1).sum(-1)  # (rows, branches): tokens passing once its first does
     reach = at_node & (node == tokens[..., 0])
@@ -170,7 +184,7 @@ def verified(
         forward = verifier.record.forward_numbers(state)
         uniform = sampling.uniforms(state.rows, forward, ACCEPT, drafts.shape[1])
         drawn = speculative_target(scores.softmax(-1), drafts, draft_count, draft_probs, in_draft, uniform)
-        uniform = sampling.uniforms(state.rows, forward, BRANCH, branches * width).view(rows, branches, width)
+        uniform = sampling.uniforms(state.rows, forward, BRANCH, branches * size).view(rows, branches, size)
         *drawn, target = _sampled_branches(*drawn, branch, tokens, in_branch, branch_scores.softmax(-1), uniform)
         drawn.append(draw(target[:, None], sampling.uniforms(state.rows, forward, NEXT, 1))[:, 0])
         sample = sampling.sample[state.rows]
