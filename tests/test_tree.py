@@ -156,3 +156,26 @@ def test_recursive_rejection_at_a_branch_node_draws_the_models_distribution(seco
         exact = {(0, t): float(probs[t]) for t in range(6)}
         statistic, df = _chi_square({(0, t): c for t, c in enumerate(counts)}, exact, len(tokens_drawn))
         assert statistic < _critical(df + 1), (statistic, counts)
+
+
+def test_lookup_leaves_the_adaptive_limit_to_the_mask_drafts(monkeypatch):
+    """On a WeDLM-trained model the draft limit follows the mask predictions' drafts alone, also after the prefill
+    drafted from the prompt: lookup drafts are branches from then on, so the window shrinks where its drafts fail
+    (a window kept at its widest would feed ~3x the slots)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from wedlm_hf.generation.draft_schedule import DraftSchedule
+
+    model = AutoModelForCausalLM.from_pretrained(wedlm_hf.DEFAULT_MODEL).eval()
+    tokenizer = AutoTokenizer.from_pretrained(wedlm_hf.DEFAULT_MODEL)
+    text = "def area(width, height):\n    return width * height\n\n\ndef area(width, height):\n    return"
+    input_ids = tokenizer(text, return_tensors="pt").input_ids
+    adapted = []
+    adapt = DraftSchedule.adapt
+    monkeypatch.setattr(DraftSchedule, "adapt", lambda self, drafts, *rest: adapted.append(int(drafts.sum())) or
+                        adapt(self, drafts, *rest))
+    options = dict(max_new_tokens=40, decoding="wedlm", wedlm_lossless=True, return_dict_in_generate=True)
+    output = model.generate(input_ids, wedlm_prompt_lookup=True, **options)
+    greedy = model.generate(input_ids, max_new_tokens=40, do_sample=False, decoding="ar")
+    assert torch.equal(output.sequences, greedy)
+    assert sum(adapted) > 0, adapted  # the schedule saw the window's drafts

@@ -244,6 +244,7 @@ class LosslessPolicy:
             eligible = torch.ones_like(state.done) if penalised is None else ~penalised[state.rows]
             room = torch.clamp(state.max_new_tokens - state.generated, max=self.layout.window_size)
             self.branch.propose(state.window, self.layout.mask_id, tokens, count.masked_fill(~eligible[:, None], 0), room)
+            rows.from_lookup = torch.zeros_like(rows.from_lookup)  # (the window's drafts are the mask slots' now)
             return
         eligible = state.window[:, 1] == self.layout.mask_id
         eligible &= self.schedule.draft_limit == 0 if self.adaptive else rows.lookup_ok
