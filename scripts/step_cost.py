@@ -38,7 +38,7 @@ import torch
 from transformers import DynamicCache, GenerationConfig
 
 import wedlm_hf
-from wedlm_hf.batch.padding import left_padded
+from wedlm_hf.continuous.padding import left_padded
 from wedlm_hf.bench import random_model
 from wedlm_hf.bench.models import load_model
 from wedlm_hf.bench.prompts import code_prompts, counting_prompts
