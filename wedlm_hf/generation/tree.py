@@ -184,7 +184,9 @@ def verified(
         forward = verifier.record.forward_numbers(state)
         uniform = sampling.uniforms(state.rows, forward, ACCEPT, drafts.shape[1])
         drawn = speculative_target(scores.softmax(-1), drafts, draft_count, draft_probs, in_draft, uniform)
-        uniform = sampling.uniforms(state.rows, forward, BRANCH, branches * size).view(rows, branches, size)
+        index = (torch.arange(branches, device=tokens.device)[:, None] * branch.tokens.shape[-1]  # (a row's own)
+                 + torch.arange(size, device=tokens.device)).flatten()
+        uniform = sampling.uniforms(state.rows, forward, BRANCH, index.numel(), index).view(rows, branches, size)
         *drawn, target = _sampled_branches(*drawn, branch, tokens, in_branch, branch_scores.softmax(-1), uniform)
         drawn.append(draw(target[:, None], sampling.uniforms(state.rows, forward, NEXT, 1))[:, 0])
         sample = sampling.sample[state.rows]
