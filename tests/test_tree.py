@@ -9,6 +9,7 @@ from test_continuous_batching import lone_generate, run_staggered, server_config
 from test_lossless_sampling import _chi_square, _critical
 from test_prompt_lookup import _repeating_prompts
 from tiny_models import MASK_ID, tiny_model
+from transformers import LogitsProcessorList
 
 import wedlm_hf
 from wedlm_hf.continuous import GenerationRequest, WeDLMScheduler
@@ -179,3 +180,38 @@ def test_lookup_leaves_the_adaptive_limit_to_the_mask_drafts(monkeypatch):
     greedy = model.generate(input_ids, max_new_tokens=40, do_sample=False, decoding="ar")
     assert torch.equal(output.sequences, greedy)
     assert sum(adapted) > 0, adapted  # the schedule saw the window's drafts
+
+
+def test_a_rows_branch_draws_do_not_depend_on_the_batchs_widest_branch():
+    """Rows sampling with their own keys draw the same at a branch node whatever the other rows' branches are
+    (continuous batching: a seeded request samples the same beside any other)."""
+    from types import SimpleNamespace
+
+    from wedlm_hf.generation.sampling import RowSampling, SamplingParams
+    from wedlm_hf.generation.verify import Verifier
+
+    rows, vocab, generator = 400, 6, torch.Generator().manual_seed(2)
+    params = [SamplingParams(temperature=1.0, top_k=0, seed=seed) for seed in range(rows + 1)]
+    scores = torch.randn(rows + 1, 4, vocab, generator=generator)
+    branch_logits = torch.randn(rows + 1, 8, vocab, generator=generator)
+
+    def decided(count: int):
+        """The first `rows` rows' verification in a batch of `count` rows (the last one's branches are wider)."""
+        sampling = RowSampling.for_requests(params[:count], "cpu", mask_id=0)
+        record = SimpleNamespace(sampling=sampling, forward_numbers=lambda state: torch.zeros(count, dtype=torch.long))
+        state = SimpleNamespace(rows=torch.arange(count))
+        tokens = torch.tensor([[[1, 2, 3, 4], [2, 3, 4, 5]]]).repeat(count, 1, 1)
+        branch_count = torch.tensor([[1, 2]]).repeat(count, 1)
+        branch_count[rows:] = 4  # the wide row: 8 branch columns instead of 3
+        branch = Branch(tokens, torch.ones(count, 2, dtype=torch.long), branch_count)
+        width = int(branch_count.sum(1).max())
+        drafts, none = torch.zeros(count, 3, dtype=torch.long), torch.zeros(count, dtype=torch.long)
+        verifier = Verifier(LogitsProcessorList(), record, do_sample=True)
+        result = tree.verified(verifier, state, scores[:count], None, drafts, none, torch.ones(count, 3, vocab) / vocab,
+                               branch, branch_logits[:count, :width])
+        return [value[:rows] for value in result]
+
+    alone, beside = decided(rows), decided(rows + 1)
+    assert alone[1].any() and (alone[2] == 1).any()  # branches taken, the second one too
+    for mine, theirs in zip(alone, beside):
+        assert torch.equal(mine, theirs)

@@ -241,9 +241,10 @@ class LosslessPolicy:
         if self.branch is not None:
             tokens, count = self.lookup.continuation(self.record, state)
             penalised = None if self.record.sampling is None else self.record.sampling.penalised
-            eligible = torch.ones_like(state.done) if penalised is None else ~penalised[state.rows]
+            if penalised is not None:
+                count = count.masked_fill(penalised[state.rows, None], 0)
             room = torch.clamp(state.max_new_tokens - state.generated, max=self.layout.window_size)
-            self.branch.propose(state.window, self.layout.mask_id, tokens, count.masked_fill(~eligible[:, None], 0), room)
+            self.branch.propose(state.window, self.layout.mask_id, tokens, count, room)
             rows.from_lookup = torch.zeros_like(rows.from_lookup)  # (the window's drafts are the mask slots' now)
             return
         eligible = state.window[:, 1] == self.layout.mask_id
