@@ -169,3 +169,49 @@ def test_prompt_lookup_options_are_validated(options, message):
         model.generate(
             input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=4, decoding="wedlm", **options
         )
+
+
+def _reference_lookup(context: list[int], history: list[list[int]], ngram: int, tokens: int):
+    """Per the docstring of `PromptLookup.continuation`, one row in plain Python: (latest, earliest) continuations
+    of the longest n-gram ending the context that occurred strictly before in it, else the latest in a history
+    text (a longer match there wins; a tie stays the row's own)."""
+    for size in range(min(ngram, len(context)), 0, -1):
+        last = context[-size:]
+        starts = [s for s in range(len(context) - size) if context[s : s + size] == last]
+        if starts:
+            return [context[s + size :][:tokens] for s in (max(starts), min(starts))]
+        found = [(text, s) for text in history for s in range(len(text) - size + 1) if text[s : s + size] == last]
+        if found:
+            text, s = found[-1]
+            return [text[s + size :][:tokens]] * 2
+    return [[], []]
+
+
+def test_lookup_finds_the_longest_latest_and_earliest_match():
+    """The vectorised search (every n-gram size in one pass, every row at once) against a plain Python search, on
+    left-padded rows of a small vocabulary (many matches), before the first forward and after, with a history."""
+    from types import SimpleNamespace
+
+    from wedlm_hf.generation.lookup import PromptLookup
+
+    generator = torch.Generator().manual_seed(0)
+    for trial in range(300):
+        rows, prompt, outputs = 3, 2 + trial % 9, 1 + trial % 7
+        sequences = torch.randint(0, 4, (rows, prompt + outputs), generator=generator)
+        real = torch.randint(1, prompt + 1, (rows,), generator=generator)
+        generated = torch.randint(0, outputs, (rows,), generator=generator)
+        window = torch.randint(0, 4, (rows, 3), generator=generator)
+        history = [torch.randint(0, 4, (n,), generator=generator).tolist() for n in (trial % 7, 2 + trial % 3)]
+        corpus = SimpleNamespace(tokens=torch.tensor([t for text in history for t in text + [-1]]))
+        prefill, ngram, tokens = trial % 4 == 0, 1 + trial % 3, 1 + trial % 5
+        if prefill:
+            generated.zero_()
+        record = SimpleNamespace(prompt_length=prompt, sequences=sequences)
+        state = SimpleNamespace(window=window, generated=generated, rows=torch.arange(rows), first_position=real)
+        found, count = PromptLookup(ngram, tokens, corpus).continuation(record, state, prefill)
+        for row in range(rows):
+            end = prompt + int(generated[row])
+            context = sequences[row, prompt - int(real[row]) : end].tolist() + ([] if prefill else [int(window[row, 0])])
+            expected = _reference_lookup(context, history, ngram, tokens)
+            got = [found[row, b, : count[row, b]].tolist() for b in range(2)]
+            assert got == expected, (trial, row, context, history)

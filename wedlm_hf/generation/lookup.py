@@ -61,26 +61,23 @@ class PromptLookup:
         if not prefill:
             ids = ids.scatter(1, end[:, None], state.window[:, :1])
         first = record.prompt_length - state.first_position  # the first real column (after the left padding)
+        last = _suffixes(ids, self.ngram).gather(1, end[:, None, None].expand(-1, 1, self.ngram))  # (rows, 1, ngram)
+        real = (end - first + 1).clamp(min=0)  # the row's tokens up to `end`: its last n-gram is no longer
+        own = _match_lengths(ids, last, real)
+        own = torch.minimum(own, (columns - first[:, None] + 1).clamp(min=0)).masked_fill(columns >= end[:, None], 0)
+        best = own.amax(1)  # the longest match, as transformers' lookup tries the longest n-gram first
+        hit = (own == best[:, None]) & (best > 0)[:, None]
+        ends = torch.stack([torch.where(hit, columns, -1).amax(1), torch.where(hit, columns, width).amin(1)], 1)
+        source, found = ends + 1, best > 0  # latest, earliest
         corpus = None if self.history is None else self.history.tokens.to(device)
-        found, from_history = torch.zeros_like(end, dtype=torch.bool), torch.zeros_like(end, dtype=torch.bool)
-        source = torch.zeros_like(end)[:, None].repeat(1, 2)  # latest, earliest
-        for size in range(min(self.ngram, width - 1), 0, -1):  # the longest match, as transformers' lookup does
-            last_gram = ids.gather(1, (end[:, None] - size + 1 + torch.arange(size, device=device)).clamp(min=0))
-            has_gram = end - size + 1 >= first  # the row has `size` real tokens
-            grams = ids.unfold(1, size, 1)  # (rows, width - size + 1, size): the n-gram starting at each column
-            starts = columns[: grams.shape[1]]
-            matches = (grams == last_gram[:, None]).all(-1)
-            matches &= (starts >= first[:, None]) & (starts + size <= end[:, None])  # real tokens, strictly earlier
-            matches &= has_gram[:, None]
-            at = torch.stack([torch.where(matches, starts, -1).amax(1), torch.where(matches, starts, width).amin(1)], 1)
-            source = torch.where(found[:, None], source, at + size)
-            found |= matches.any(1)
-            if corpus is not None and corpus.numel() >= size:
-                earlier = (corpus.unfold(0, size, 1)[None] == last_gram[:, None]).all(-1) & has_gram[:, None]
-                latest = torch.where(earlier, torch.arange(earlier.shape[1], device=device), -1).amax(1) + size
-                taken = ~found & earlier.any(1)
-                source = torch.where(taken[:, None], latest[:, None], source)
-                from_history, found = from_history | taken, found | taken
+        from_history = torch.zeros_like(found)
+        if corpus is not None and corpus.numel():
+            earlier = _match_lengths(corpus[None], last, real)
+            longest = earlier.amax(1)
+            latest = torch.where(earlier == longest[:, None], torch.arange(corpus.numel(), device=device), -1).amax(1)
+            from_history = longest > best  # a longer match wins; the row's own text wins a tie
+            source = torch.where(from_history[:, None], latest[:, None] + 1, source)
+            found |= from_history
         at = source[..., None] + torch.arange(self.tokens, device=device)  # (rows, 2, tokens)
         tokens = ids.gather(1, at.flatten(1).clamp(min=0, max=width - 1)).view(at.shape)
         count = (end[:, None] + 1 - source).clamp(max=self.tokens)
@@ -123,3 +120,15 @@ class PromptLookup:
     def slots(self, layout: WindowLayout) -> int:
         """The most drafts a row gets at once (the certain token and one mask slot take the rest of a window)."""
         return min(self.tokens, layout.window_size - 1)
+
+
+def _suffixes(ids: torch.Tensor, ngram: int) -> torch.Tensor:
+    """(rows, columns, ngram) the `ngram` tokens ending at each column (-1 before the first)."""
+    return torch.nn.functional.pad(ids, (ngram - 1, 0), value=-1).unfold(1, ngram, 1)
+
+
+def _match_lengths(ids: torch.Tensor, last: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """(rows, columns) how many of the tokens ending at each column of `ids` (rows or 1, columns) equal the last
+    ones of `last` (rows, 1, ngram), counted back from it, at most `real` (rows,): every n-gram size in one pass."""
+    equal = (_suffixes(ids, last.shape[-1]) == last).flip(-1)
+    return torch.minimum(equal.int().cumprod(-1).sum(-1), real[:, None])
