@@ -22,13 +22,13 @@ from wedlm_hf.generation.verify import speculative_target
 
 @pytest.fixture
 def taken(monkeypatch):
-    """Every branch verification's rows that took a branch: the depth of the branch each took."""
+    """Every branch verification's rows that took a branch: the depth of the branch each took, and which it was."""
     seen = []
 
     def spy(*args):
         result = verified(*args)
         branch, took, best = args[7], result[1], result[2]
-        seen.extend(branch.depth.gather(1, best[:, None]).squeeze(1)[took].tolist())
+        seen.extend(zip(branch.depth.gather(1, best[:, None]).squeeze(1)[took].tolist(), best[took].tolist()))
         return result
 
     verified = tree.verified
@@ -53,7 +53,10 @@ def _drafts_right_but_every_fourth(monkeypatch, greedy: torch.Tensor) -> None:
 
 
 @pytest.mark.parametrize("family, attn", [("wedlm", "sdpa"), ("llama", "eager"), ("qwen3", "sdpa")])
-def test_trees_take_branches_and_keep_greedy_output(family, attn, taken, monkeypatch):
+@pytest.mark.parametrize("branches", [1, 2])
+def test_trees_take_branches_and_keep_greedy_output(family, attn, branches, taken, monkeypatch):
+    """One lookup branch (a CPU's), or two (the latest and the earliest match: an accelerator's)."""
+    monkeypatch.setattr(tree, "LOOKUP_BRANCHES", {"cpu": branches})
     model = wedlm_hf.enable(tiny_model(family, seed=1, peak=40, attn=attn))
     input_ids, attention_mask = _repeating_prompts(seed=1)
     greedy = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=40, do_sample=False)
@@ -64,11 +67,13 @@ def test_trees_take_branches_and_keep_greedy_output(family, attn, taken, monkeyp
                                 **options)
         assert torch.equal(output, greedy), schedule
     assert taken, "no branch was ever taken"
+    indices = {index for _, index in taken}
     _drafts_right_but_every_fourth(monkeypatch, greedy)
     taken.clear()
     output = model.generate(input_ids=input_ids, attention_mask=attention_mask, wedlm_draft_schedule="full", **options)
     assert torch.equal(output, greedy)
-    assert max(taken) > 1, "no branch left the window's drafts after shared ones"
+    assert max(depth for depth, _ in taken) > 1, "no branch left the window's drafts after shared ones"
+    assert max(indices | {index for _, index in taken}) == branches - 1, "the earliest match's was never taken"
 
 
 def test_trees_are_off_where_a_verified_score_reads_the_prefix(taken):
