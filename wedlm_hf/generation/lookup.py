@@ -56,8 +56,7 @@ class PromptLookup:
             width = int(end.max()) + 1
         else:  # every column (those past a row's context never match): a read would stall the device's queue
             width = record.sequences.shape[1]
-        columns = torch.arange(width, device=device)
-        ids = record.sequences[state.rows[:, None], columns.clamp(max=record.sequences.shape[1] - 1)[None]]
+        columns, ids = torch.arange(width, device=device), record.sequences[state.rows, :width]
         if not prefill:
             ids = ids.scatter(1, end[:, None], state.window[:, :1])
         first = record.prompt_length - state.first_position  # the first real column (after the left padding)
