@@ -320,6 +320,21 @@ def test_scores_and_logits_follow_generated_order(model, tokenizer):
             assert torch.equal(out.scores[t][row], expected)
 
 
+def test_outputs_serve_training_and_in_place_edits_as_generates_do(model, tokenizer):
+    """The decode runs in inference mode; what it returns is ordinary tensors, as `generate()`'s: generated text
+    trains the model (its ids saved for the backward pass) and outputs change in place."""
+    out = model.generate(ids(tokenizer), return_dict_in_generate=True, output_scores=True, **GREEDY)
+    assert not out.sequences.is_inference() and not out.scores[0].is_inference()
+    model.train()
+    try:
+        model(out.sequences, labels=out.sequences).loss.backward()
+    finally:
+        model.zero_grad(set_to_none=True)
+        model.eval()
+    out.sequences[:, 0] = PAD_ID
+    out.scores[0].zero_()
+
+
 def test_num_return_sequences_with_sampling(model, tokenizer):
     torch.manual_seed(0)
     batch = tokenizer([PROMPT, "w40 w41"], return_tensors="pt", padding=True)

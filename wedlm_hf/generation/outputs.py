@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass, field
 
+import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 EOS, STOP, LENGTH, CANCELLED, ERROR = "eos", "stop", "length", "cancelled", "error"
@@ -83,3 +84,15 @@ class WeDLMGenerateOutput(GenerateDecoderOnlyOutput):
     """transformers' decoder-only output with the WeDLM statistics attached."""
 
     wedlm_stats: WeDLMStats | None = field(default=None)
+
+
+def usable_outside_inference_mode(output: WeDLMGenerateOutput | torch.Tensor) -> WeDLMGenerateOutput | torch.Tensor:
+    """`output`'s tensors as ordinary ones (clones made outside inference mode), so they serve as `generate()`'s
+    own do: saved for a backward pass (training on generated text), changed in place."""
+    if isinstance(output, torch.Tensor):
+        return output.clone()
+    output.sequences = output.sequences.clone()
+    for kind in ("scores", "logits"):
+        if getattr(output, kind) is not None:
+            setattr(output, kind, tuple(values.clone() for values in getattr(output, kind)))
+    return output

@@ -86,7 +86,7 @@ class Branch(PerRow):
     def fed_columns(self, width: int) -> torch.Tensor:
         """(rows, branches, size) the fed column of each branch token: a row's branches are fed one after another
         (`branch_inputs`), in `width` columns in all (past a branch's count: a column of no meaning)."""
-        start = self.count.cumsum(1) - self.count
+        start = _starts(self.count)
         return (start[..., None] + torch.arange(self.tokens.shape[-1], device=start.device)).clamp(max=width - 1)
 
     def kept_columns(self, best: torch.Tensor, took: torch.Tensor, width: int, window_size: int) -> torch.Tensor:
@@ -94,7 +94,7 @@ class Branch(PerRow):
         follow the branches' `width`; a row that `took` its branch `best` has that branch's from slot `depth` on."""
         slots = torch.arange(window_size, device=took.device)[None]
         depth = self.depth.gather(1, best[:, None])
-        start = (self.count.cumsum(1) - self.count).gather(1, best[:, None])
+        start = _starts(self.count).gather(1, best[:, None])
         from_branch = took[:, None] & (slots >= depth)
         return torch.where(from_branch, start + slots - depth, slots + width)
 
@@ -130,12 +130,12 @@ def branch_inputs(
     """A tree forward's branch columns (`width`, before the window's `fed`): each row's branches one after
     another, their ids, logical positions and liveness (rows, width), and the mask among all fed columns."""
     count, tokens = plan.branch_count, plan.branch_tokens
-    ends = count.cumsum(1)
-    columns = torch.arange(width, device=count.device)
+    starts = _starts(count)
+    ends, columns = starts + count, torch.arange(width, device=count.device)
     part = (columns[None, :, None] >= ends[:, None, :]).sum(-1)  # (rows, width): the branch of each column
     live = part < count.shape[1]
     part = part.clamp(max=count.shape[1] - 1)
-    offset = (columns - (ends - count).gather(1, part)).clamp(0, tokens.shape[-1] - 1)  # within the branch
+    offset = (columns - starts.gather(1, part)).clamp(0, tokens.shape[-1] - 1)  # within the branch
     depth = plan.branch_depth.gather(1, part)
     ids = tokens.flatten(1).gather(1, part * tokens.shape[-1] + offset)
     positions = (state.first_position + plan.start)[:, None] + depth + offset
@@ -238,6 +238,12 @@ def _sampled_branches(
     count = branch.count.gather(1, best[:, None]).squeeze(1)
     last = torch.where((taken_best < count)[:, None], last.scatter(1, rejected, 0.0), last)
     return accepted, took, best, taken_best, torch.where(took[:, None], last, target)
+
+
+def _starts(count: torch.Tensor) -> torch.Tensor:
+    """(rows, branches) each branch's first column among the branch columns: a row's branches are fed one after
+    another, `count` (rows, branches) tokens each."""
+    return count.cumsum(1) - count
 
 
 def _of(values: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
