@@ -134,19 +134,15 @@ DENSE = ("top_p", "repetition_penalty+top_k")
 
 @pytest.mark.parametrize(
     "setting, scoring",
-    [(name, "compact") for name in SETTINGS] + [(name, "dense") for name in DENSE]
-    + [("prompt_lookup+top_k", "chain"), ("prompt_lookup+top_k", "two branches")],
+    [(name, "compact") for name in SETTINGS] + [(name, "dense") for name in DENSE] + [("prompt_lookup+top_k", "chain")],
 )
 def test_lossless_sampling_has_the_models_distribution(setting, scoring, monkeypatch):
     """Drafts scored at the chosen slots (the CPU's way) or at every slot (an accelerator's: `fill.py`); prompt
-    lookup's drafts as a branch beside the window's (`tree.py`, wherever it may; "two branches": the latest and
-    the earliest match, as on an accelerator) or, "chain", in the window."""
+    lookup's drafts as a branch beside the window's (`tree.py`, wherever it may) or, "chain", in the window."""
     if scoring == "dense":
         monkeypatch.setattr(fill, "HOST_READS_ARE_FREE", ())
     if scoring == "chain":
         monkeypatch.setattr(decoding, "trees_allowed", lambda *args: False)
-    if scoring == "two branches":
-        monkeypatch.setattr(tree, "LOOKUP_BRANCHES", {})
     branches_taken, verified = [], tree.verified
 
     def counted(*args):

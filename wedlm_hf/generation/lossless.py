@@ -29,7 +29,7 @@ from .fill import SlotFiller, gather_columns
 from .record import OutputRecord
 from .selection import slot_entropy
 from .lookup import PromptLookup
-from .tree import Branch, lookup_branches, verify as verify_tree
+from .tree import Branch, verify as verify_tree
 from .verify import Verifier, greedy_accept
 from .window import Forward, Kept, StepPlan, Updates, WindowLayout, WindowState, leading_filled, shift
 
@@ -49,17 +49,21 @@ class LosslessPolicy:
         self, layout: WindowLayout, record: OutputRecord, filler: SlotFiller, state: WindowState, adaptive: bool,
         verifier: Verifier, lookup: PromptLookup | None = None, trained: bool = True, tree: bool = False,
     ):
-        self.layout, self.record, self.filler, self.adaptive = layout, record, filler, adaptive
-        self.verifier, self.lookup, length = verifier, lookup, state.length
+        self.layout = layout
+        self.record = record
+        self.filler = filler
+        self.adaptive = adaptive
+        self.verifier = verifier
+        self.lookup = lookup
+        length = state.length
         self.drafts = DraftState(
             drafted=torch.zeros_like(length), accepted=torch.zeros_like(length), corrected=torch.zeros_like(length),
             mask_predicted=torch.zeros_like(state.done), from_lookup=torch.zeros_like(state.done),
             lookup_ok=torch.ones_like(state.done),
         )
         self.trained = trained
-        branches = lookup_branches(length.device)
-        self.branch = Branch.empty(length, branches, lookup.slots(layout)) if tree and lookup else None
-        """With trees: each row's lookup branches (`tree.lookup_branches`), verified beside its window."""
+        self.branch = Branch.empty(length, 2, lookup.slots(layout)) if tree and lookup else None
+        """With trees: each row's lookup branches (the latest and earliest match), verified beside its window."""
         self.schedule = DraftSchedule.starting(state.generated, layout.window_size, trained)
         """The adaptive schedule's row state (with `"full"`, only its `most` is read)."""
         self.draft_probs: torch.Tensor | None = None

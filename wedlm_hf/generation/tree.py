@@ -30,18 +30,6 @@ from .sampling import ACCEPT, BRANCH, NEXT
 from .verify import Verifier, greedy_accept, speculative_target
 from .window import PerRow, StepPlan, WindowState
 
-LOOKUP_BRANCHES = {"cpu": 1}
-"""Lookup branches per tree by device type (others: 2, the latest and the earliest match). On a CPU every fed
-column costs: on the embedded checkpoint (2-vCPU AMD EPYC, 2026-12-05) a forward of two columns costs 1.4x one of
-one, and each further column ~0.1 ms of its 2.8 ms, so the earliest match's branch, taken too rarely (held-out
-code: 1.71 tokens per forward with it, 1.67 without), cost more wall-clock than it saved (0.90x vs 0.92x greedy;
-grounded 1.06x vs 1.08x, counting 3.25x vs 3.34x). On an accelerator a forward's extra columns cost about nothing."""
-
-
-def lookup_branches(device: torch.device) -> int:
-    """How many lookup continuations a tree verifies beside the window on `device` (`LOOKUP_BRANCHES`)."""
-    return LOOKUP_BRANCHES.get(device.type, 2)
-
 
 @dataclass
 class Branch(PerRow):
@@ -63,12 +51,12 @@ class Branch(PerRow):
     def propose(
         self, window: torch.Tensor, mask_id: int, tokens: torch.Tensor, count: torch.Tensor, room: torch.Tensor,
     ) -> None:
-        """Branch off the first of continuations `tokens` (rows, n_continuations, n) of `count` (rows,
-        n_continuations) tokens for slots 1, 2, ... (as many as this has branches): each from its first token the
-        window does not hold already, within `room` (rows,) slots (the window size, the row's budget); a
-        continuation that repeats an earlier one (same depth, same first token) is dropped."""
-        branches, size = self.tokens.shape[1:]  # (at most `window_size - 1`: a branch's slots are within the window)
-        tokens, count = tokens[:, :branches, :size], count[:, :branches]
+        """Branch off continuations `tokens` (rows, branches, n) of `count` (rows, branches) tokens for slots 1, 2,
+        ...: each from its first token the window does not hold already, within `room` (rows,) slots (the window
+        size, the row's budget); a continuation that repeats an earlier one (same depth, same first token) is
+        dropped."""
+        size = self.tokens.shape[-1]  # (at most `window_size - 1`: a branch's slots are within the window size)
+        tokens = tokens[..., :size]
         n, held = tokens.shape[-1], window[:, None, 1 : 1 + size]
         same = (held == tokens) & (held != mask_id) & (torch.arange(n, device=tokens.device) < count[..., None])
         shared = same.int().cumprod(-1).sum(-1)
