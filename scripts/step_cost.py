@@ -24,9 +24,12 @@ from `git worktree add /tmp/old <commit>` first on PYTHONPATH).
 `--never-slower` prints only issue 34's table instead: lossless vs greedy wall-clock speed on held-out code (where
 drafts fail), each prompt alone and `--batch` prompts in one left-padded call, on the embedded checkpoint and,
 with `--smollm2`, SmolLM2-135M base (goals: >= 1.0x embedded, >= 0.97x SmolLM2); and lossless tokens per forward
-on counting (goal: >= 9.5).
+on counting (goal: >= 9.5). WeDLM decodes in inference mode, greedy `generate()` under `no_grad`, as each runs for
+its users; `--inference-mode` runs both in inference mode (as `wedlm-hf bench` times its arms), leaving the cost of
+the decoding alone.
 
     python scripts/step_cost.py [--repeats 5] [--new-tokens 64] [--smollm2] [--threads 1] [--never-slower]
+        [--inference-mode]
 """
 
 import argparse
@@ -181,7 +184,8 @@ def never_slower(args: argparse.Namespace) -> None:
     counting = [tokenizer(text, return_tensors="pt")["input_ids"] for text in counting_prompts(args.prompts)]
     per_forward = [generate(model, p, n, **lossless).wedlm_stats.tokens_per_forward[0] for p in counting]
     print(f"torch threads {torch.get_num_threads()}, {args.repeats} interleaved repeats (medians of paired ratios), "
-          f"{n} new tokens, EOS off; {wedlm_hf.__file__}")
+          f"{n} new tokens, EOS off, inference mode {'for both' if args.inference_mode else 'for WeDLM only'}; "
+          f"{wedlm_hf.__file__}")
     print("| lossless vs greedy `generate()` | wall-clock speed, lossless / greedy |\n|---|---|")
     for name, ratio in ratios.items():
         print(f"| {name} | {ratio:.3f}x |")
@@ -198,11 +202,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's choice)")
     parser.add_argument("--never-slower", action="store_true", help="only issue 34's lossless vs greedy table")
     parser.add_argument("--batch", type=int, default=4, help="rows of the batched arms of --never-slower")
+    parser.add_argument("--inference-mode", action="store_true", help="every arm in inference mode")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.never_slower:
-        never_slower(args)
+        with torch.inference_mode(args.inference_mode):
+            never_slower(args)
         return
     n = args.new_tokens
     model, tokenizer = load_model(wedlm_hf.DEFAULT_MODEL)

@@ -119,33 +119,18 @@ class LosslessPolicy:
         if forward.branch_logits is not None:  # a tree: the window's drafts, or the branch from where it leaves them
             accepted, took, committed, next_certain, branch_columns = verify_tree(
                 verifier, state, scores, chosen, draft_tokens, drafts, draft_probs, self.branch, forward.branch_logits,
-                window_size,
-            )
+                window_size)
         elif verifier.needs_scores:
             accepted, next_certain = verifier.verify(scores, draft_tokens, drafts, draft_probs, state)
         else:
             accepted, next_certain = greedy_accept(chosen, draft_tokens, slots[:, : window_size - 1] < drafts[:, None])
         committed = accepted if took is None else committed
-        corrected = accepted < drafts  # (a row whose branch extends all its drafts keeps the predictions past it)
-        counts = self.drafts
+        # 3. commit the accepted drafts (their K/V are this forward's), then the verified token becomes certain (an
+        #    AR-only forward, one column per row, verified no drafts: nothing to commit)
         checked = drafts if took is None else drafts + plan.branch_count.sum(1)
-        counts.drafted, counts.accepted = counts.drafted + checked, counts.accepted + committed
-        counts.corrected = counts.corrected + corrected
-        if self.lookup is not None and took is None:
-            counts.lookup_ok = ~counts.from_lookup | (accepted > 0)
-        # 3. commit the accepted drafts (their K/V are this forward's), then the verified token becomes certain; each
-        #    committed token carries the logits and scores of the position before it
-        if state.scores.kinds:
-            state.scores.place(slice(1, window_size), raw[:, : window_size - 1], scores[:, : window_size - 1])
-        if fed > 1 or took is not None:  # an AR-only forward (one column per row) verified no drafts
-            state.done |= self.record.commit(state, committed, start=1)
-        certain_raw = None if raw is None else gather_columns(raw, accepted[:, None])
-        certain_scores = None if scores is None else gather_columns(scores, accepted[:, None])
-        slot_physical = shift(state, self.layout, 1 + committed, plan.length, forward.physical)
-        if self.draft_probs is not None:
-            self.draft_probs = self.draft_probs.gather(1, self._source(1 + committed).expand_as(self.draft_probs))
-        state.window = state.window.masked_fill(corrected[:, None] & (slots >= 1), self.layout.mask_id)
-        self._place_certain(state, next_certain, certain_raw, certain_scores)
+        slot_physical, corrected = self._commit_verified(
+            state, plan, forward, 1, checked, committed, accepted, next_certain, raw, scores, fed > 1 or took is not None
+        )
         # 4. new drafts from this forward's mask predictions; after a correction every one of them saw the rejected
         #    draft (and a rejected slot's logits predict the slot after it), so those rows draft in the next forward;
         #    only mask slots fill, and their logits are the last `mask_columns` (none in an AR-only forward)
@@ -154,9 +139,9 @@ class LosslessPolicy:
             fillable = self._fillable(state) & ~corrected[:, None]
             self.filler.fill(state, logits[:, fed - masks :], slot_physical - (fed - masks), fillable, self.draft_probs)
         if self.adaptive:  # with prompt lookup, the limit follows the mask predictions' drafts only
-            mask_drafted = ~counts.from_lookup if self.lookup is not None else torch.ones_like(corrected)
+            mask_drafted = ~self.drafts.from_lookup if self.lookup is not None else torch.ones_like(corrected)
             checked = (drafts * mask_drafted, accepted * mask_drafted, corrected & mask_drafted)
-            self.schedule.adapt(*checked, state.generated, counts.accepted)
+            self.schedule.adapt(*checked, state.generated, self.drafts.accepted)
         self._limit_window(state)
         self._draft_from_context(state)
         return Kept(1 + committed, branch_columns)
@@ -175,17 +160,9 @@ class LosslessPolicy:
         raw = torch.cat([forward.prompt_logits[:, None], gather_columns(logits, columns)], 1)
         drafts = plan.leading
         accepted, next_certain, scores = self.verifier.prefill(state, raw, state.window[:, :size], drafts)
-        corrected, counts = accepted < drafts, self.drafts
-        counts.drafted, counts.accepted = counts.drafted + drafts, counts.accepted + accepted
-        counts.corrected, counts.lookup_ok = counts.corrected + corrected, ~counts.from_lookup | (accepted > 0)
-        if size:
-            if state.scores.kinds:
-                state.scores.place(slice(0, size), raw[:, :size], scores[:, :size])
-            state.done |= self.record.commit(state, accepted)
-        certain = (gather_columns(raw, accepted[:, None]), gather_columns(scores, accepted[:, None]))
-        slot_physical = shift(state, layout, accepted, plan.length, forward.physical)
-        state.window = state.window.masked_fill(corrected[:, None] & (layout.slots >= 1), layout.mask_id)
-        self._place_certain(state, next_certain, *certain)
+        slot_physical, corrected = self._commit_verified(
+            state, plan, forward, 0, drafts, accepted, accepted, next_certain, raw, scores, commit=size > 0
+        )
         self.filler.fill(state, logits, slot_physical, self._fillable(state) & ~corrected[:, None], self.draft_probs)
         greedy = self._greedy_rows(state)  # (sampled drafts pass by p/q: no cut for those)
         if self.adaptive and self.trained and greedy is not None:
@@ -194,6 +171,35 @@ class LosslessPolicy:
         self._limit_window(state)
         self._draft_from_context(state)
         return Kept(accepted)
+
+    def _commit_verified(
+        self, state: WindowState, plan: StepPlan, forward: Forward, start: int, checked: torch.Tensor,
+        committed: torch.Tensor, accepted: torch.Tensor, next_certain: torch.Tensor, raw: torch.Tensor | None,
+        scores: torch.Tensor | None, commit: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """After verifying `checked` drafts per row: the `committed` slots from `start` on (`accepted` of them the
+        window's own) go to the output (if `commit`), each with the logits and scores (`raw`, `scores`: (rows,
+        n + 1, vocab), from the position before slot `start`) of the position before it; the window moves past
+        them, a row that rejected a draft returns its drafts to MASK, and `next_certain` becomes the certain token.
+        Returns each slot's fed column after the move, and which rows rejected a draft (a row whose branch extends
+        all its drafts keeps the predictions past it)."""
+        counts, corrected = self.drafts, accepted < plan.leading - start  # (the drafts from slot `start` on)
+        counts.drafted, counts.accepted = counts.drafted + checked, counts.accepted + committed
+        counts.corrected, counts.lookup_ok = counts.corrected + corrected, ~counts.from_lookup | (accepted > 0)
+        if state.scores.kinds:
+            width = raw.shape[1] - 1
+            state.scores.place(slice(start, start + width), raw[:, :width], scores[:, :width])
+        if commit:
+            state.done |= self.record.commit(state, committed, start=start)
+        certain = [None if values is None else gather_columns(values, accepted[:, None]) for values in (raw, scores)]
+        slot_physical = shift(state, self.layout, start + committed, plan.length, forward.physical)
+        if self.draft_probs is not None:  # (a slot coming from past the window is a mask: its q is never read)
+            source = (self.layout.slots[:, : self.draft_probs.shape[1]] + (start + committed)[:, None])
+            source = source.clamp(max=self.draft_probs.shape[1] - 1)[..., None].expand_as(self.draft_probs)
+            self.draft_probs = self.draft_probs.gather(1, source)
+        state.window = state.window.masked_fill(corrected[:, None] & (self.layout.slots >= 1), self.layout.mask_id)
+        self._place_certain(state, next_certain, *certain)
+        return slot_physical, corrected
 
     def _ar_only_update(self, state: WindowState, plan: StepPlan, forward: Forward) -> Kept:
         """`update` after a forward of one column per row (every window is the certain token alone): its chosen
@@ -219,12 +225,6 @@ class LosslessPolicy:
         if sampling is not None and sampling.of_requests:
             return ~sampling.sample[state.rows]
         return None if self.verifier.do_sample else torch.ones_like(state.done)
-
-    def _source(self, by: torch.Tensor) -> torch.Tensor:
-        """(rows, window_size, 1) the slot each slot takes its draft distribution from after a shift by `by` (a
-        slot coming from past `window_size` is a mask: its distribution is never read)."""
-        window_size = self.layout.window_size
-        return (self.layout.slots[:, :window_size] + by[:, None]).clamp(max=window_size - 1)[..., None]
 
     def _draft_from_context(self, state: WindowState) -> None:
         """Prompt lookup drafts the slots after the certain token in rows whose mask predictions drafted nothing
