@@ -4,8 +4,9 @@ output, the tokens that followed them there are likely to follow again (editing 
 Lossless mode verifies these drafts like any other (`lossless.py`), from the first forward on: before it, the
 prompt's last n-gram drafts the first window, as transformers' prompt lookup proposes candidates in its first
 forward. Under sampling a lookup draft is a proposal of probability 1 (q is one-hot), which speculative sampling
-accepts with probability p(token). One search serves every row: the n-grams of the ids tensor (`unfold`)
-compared with each row's last n-gram, the latest earlier match taken, no per-row loop. With a history
+accepts with probability p(token). One search serves every row and every n-gram size: at each column of the ids
+tensor, how many of the tokens ending there equal the row's last ones (`unfold`, a running product), the longest
+such match taken, at its latest and its earliest column; no loop over rows or sizes. With a history
 (`TokenHistory`: the texts of requests a server answered before, as vLLM's suffix drafts and SuffixDecoding use
 them), its n-grams are searched the same way, for repetitive workloads (a repeated request's prefill then drafts
 the earlier answer).
