@@ -29,7 +29,7 @@ from .fill import SlotFiller, gather_columns
 from .record import OutputRecord
 from .selection import slot_entropy
 from .lookup import PromptLookup
-from .tree import Branch, verify as verify_tree
+from .tree import Branch, plan_fields, verify as verify_tree
 from .verify import Verifier, greedy_accept
 from .window import Forward, Kept, StepPlan, Updates, WindowLayout, WindowState, leading_filled, shift
 
@@ -81,7 +81,7 @@ class LosslessPolicy:
             filled, leading = leading_filled(state, self.layout)
             length = torch.minimum(state.length + leading, state.max_new_tokens - state.generated)
             return StepPlan(length, state.generated, filled, leading, all_columns=self.lookup is not None,
-                            **self._branch_plan())
+                            **plan_fields(self.branch))
         # 1. the certain token is committed now; its K/V come from the forward below
         filled, leading = leading_filled(state, self.layout)
         start = state.generated
@@ -91,10 +91,7 @@ class LosslessPolicy:
         length = torch.minimum(state.length + (leading - 1), state.max_new_tokens - start)
         self.mask_rows = torch.where(self.drafts.mask_predicted, state.rows, -1)  # read only if the check fails
         checks = (self.drafts.mask_predicted.any(),)
-        return StepPlan(length, start, filled, leading, all_columns=True, checks=checks, **self._branch_plan())
-
-    def _branch_plan(self) -> dict:
-        return {} if self.branch is None else self.branch.plan_fields()
+        return StepPlan(length, start, filled, leading, all_columns=True, checks=checks, **plan_fields(self.branch))
 
     def checked(self, values: list[int]) -> None:
         if values and values[0]:
@@ -119,7 +116,8 @@ class LosslessPolicy:
         if forward.branch_logits is not None:  # a tree: the window's drafts, or the branch from where it leaves them
             accepted, took, committed, next_certain, branch_columns = verify_tree(
                 verifier, state, scores, chosen, draft_tokens, drafts, draft_probs, self.branch, forward.branch_logits,
-                window_size)
+                window_size,
+            )
         elif verifier.needs_scores:
             accepted, next_certain = verifier.verify(scores, draft_tokens, drafts, draft_probs, state)
         else:
@@ -127,9 +125,9 @@ class LosslessPolicy:
         committed = accepted if took is None else committed
         # 3. commit the accepted drafts (their K/V are this forward's), then the verified token becomes certain (an
         #    AR-only forward, one column per row, verified no drafts: nothing to commit)
-        checked = drafts if took is None else drafts + plan.branch_count.sum(1)
+        checked, commit = drafts if took is None else drafts + plan.branch_count.sum(1), fed > 1 or took is not None
         slot_physical, corrected = self._commit_verified(
-            state, plan, forward, 1, checked, committed, accepted, next_certain, raw, scores, fed > 1 or took is not None
+            state, plan, forward, 1, checked, committed, accepted, next_certain, raw, scores, commit
         )
         # 4. new drafts from this forward's mask predictions; after a correction every one of them saw the rejected
         #    draft (and a rejected slot's logits predict the slot after it), so those rows draft in the next forward;

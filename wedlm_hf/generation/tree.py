@@ -67,10 +67,6 @@ class Branch(PerRow):
         self.tokens, self.depth = tokens, depth
         self.count = torch.cat([count[:, :1], count[:, 1:].masked_fill(repeated, 0)], 1)
 
-    def plan_fields(self) -> dict[str, torch.Tensor]:
-        """The branches as `StepPlan` carries them to the forward."""
-        return {"branch_tokens": self.tokens, "branch_depth": self.depth, "branch_count": self.count}
-
     def fed_columns(self, width: int) -> torch.Tensor:
         """(rows, branches, size) the fed column of each branch token: a row's branches are fed one after another
         (`branch_inputs`), in `width` columns in all (past a branch's count: a column of no meaning)."""
@@ -96,6 +92,13 @@ class Branch(PerRow):
         tokens = _of(self.tokens, best)
         window.copy_(torch.where(placed, tokens.gather(1, offset.clamp(0, tokens.shape[1] - 1)), window))
         fill_step.masked_fill_(placed, step)
+
+
+def plan_fields(branch: Branch | None) -> dict[str, torch.Tensor]:
+    """`branch` as `StepPlan` carries it to the forward (nothing without a tree)."""
+    if branch is None:
+        return {}
+    return {"branch_tokens": branch.tokens, "branch_depth": branch.depth, "branch_count": branch.count}
 
 
 def tree_mask(part: torch.Tensor, depth: torch.Tensor, fed: int) -> torch.Tensor:
