@@ -79,6 +79,9 @@ def main() -> None:
         "W=16 plain (counting)": (counting, {"decoding": "wedlm", "wedlm_window_size": 16}),
         "lossless (code)": (code, {"decoding": "wedlm", "wedlm_lossless": True}),
         "lossless (counting)": (counting, {"decoding": "wedlm", "wedlm_lossless": True}),
+        "lossless + prompt lookup (code)": (
+            code, {"decoding": "wedlm", "wedlm_lossless": True, "wedlm_prompt_lookup": True}
+        ),
         "static W=16 (code)": (code, {"decoding": "wedlm", "wedlm_static": True}),
     }
     print(f"{args.new_tokens} new tokens, embedded checkpoint; {wedlm_hf.__file__}")
