@@ -183,7 +183,9 @@ class LosslessPolicy:
         all its drafts keeps the predictions past it)."""
         counts, corrected = self.drafts, accepted < plan.leading - start  # (the drafts from slot `start` on)
         counts.drafted, counts.accepted = counts.drafted + checked, counts.accepted + committed
-        counts.corrected, counts.lookup_ok = counts.corrected + corrected, ~counts.from_lookup | (accepted > 0)
+        counts.corrected = counts.corrected + corrected
+        if self.lookup is not None and self.branch is None:  # (read only where lookup drafts the window's chain)
+            counts.lookup_ok = ~counts.from_lookup | (accepted > 0)
         if state.scores.kinds:
             width = raw.shape[1] - 1
             state.scores.place(slice(start, start + width), raw[:, :width], scores[:, :width])
