@@ -61,9 +61,10 @@ class PromptLookup:
         if not prefill:
             ids = ids.scatter(1, end[:, None], state.window[:, :1])
         first = record.prompt_length - state.first_position  # the first real column (after the left padding)
-        last = _suffixes(ids, self.ngram).gather(1, end[:, None, None].expand(-1, 1, self.ngram))  # (rows, 1, ngram)
+        suffixes = _suffixes(ids, self.ngram)
+        last = suffixes.gather(1, end[:, None, None].expand(-1, 1, self.ngram))  # (rows, 1, ngram)
         real = (end - first + 1).clamp(min=0)  # the row's tokens up to `end`: its last n-gram is no longer
-        own = _match_lengths(ids, last, real)
+        own = _match_lengths(suffixes, last, real)
         own = torch.minimum(own, (columns - first[:, None] + 1).clamp(min=0)).masked_fill(columns >= end[:, None], 0)
         best = own.amax(1)  # the longest match, as transformers' lookup tries the longest n-gram first
         hit = (own == best[:, None]) & (best > 0)[:, None]
@@ -72,7 +73,7 @@ class PromptLookup:
         corpus = None if self.history is None else self.history.tokens.to(device)
         from_history = torch.zeros_like(found)
         if corpus is not None and corpus.numel():
-            earlier = _match_lengths(corpus[None], last, real)
+            earlier = _match_lengths(_suffixes(corpus[None], self.ngram), last, real)
             longest = earlier.amax(1)
             latest = torch.where(earlier == longest[:, None], torch.arange(corpus.numel(), device=device), -1).amax(1)
             from_history = longest > best  # a longer match wins; the row's own text wins a tie
@@ -127,8 +128,9 @@ def _suffixes(ids: torch.Tensor, ngram: int) -> torch.Tensor:
     return torch.nn.functional.pad(ids, (ngram - 1, 0), value=-1).unfold(1, ngram, 1)
 
 
-def _match_lengths(ids: torch.Tensor, last: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-    """(rows, columns) how many of the tokens ending at each column of `ids` (rows or 1, columns) equal the last
-    ones of `last` (rows, 1, ngram), counted back from it, at most `real` (rows,): every n-gram size in one pass."""
-    equal = (_suffixes(ids, last.shape[-1]) == last).flip(-1)
+def _match_lengths(suffixes: torch.Tensor, last: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """(rows, columns) how many of the tokens ending at each column (`suffixes`: `_suffixes` of rows or 1 text)
+    equal the last ones of `last` (rows, 1, ngram), counted back from it, at most `real` (rows,): every n-gram size
+    in one pass."""
+    equal = (suffixes == last).flip(-1)
     return torch.minimum(equal.int().cumprod(-1).sum(-1), real[:, None])
