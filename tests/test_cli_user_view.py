@@ -22,6 +22,7 @@ WEDLM_VALUES = {
     "mask_token_id": [str(MASK_ID)], "wedlm_lossless": [], "wedlm_prompt_lookup": ["--lossless"],
     "wedlm_prompt_lookup_ngram": ["3", "--prompt-lookup", "--lossless"],
     "wedlm_prompt_lookup_tokens": ["4", "--prompt-lookup", "--lossless"],
+    "wedlm_prompt_lookup_matches": ["3", "--prompt-lookup", "--lossless"],
 }
 EXAMPLES = {
     **{option.keyword: [option.flag, *WEDLM_VALUES[option.keyword]] for option in exposed_to(CLI)},

@@ -38,10 +38,14 @@ SETTINGS = {
     "repetition_penalty+top_k": dict(repetition_penalty=3.0, top_k=3),
     "prompt_lookup+top_k": dict(top_k=2, wedlm_prompt_lookup=True, wedlm_prompt_lookup_ngram=1),
     "prompt_lookup+typical": dict(top_k=2, typical_p=0.9, wedlm_prompt_lookup=True, wedlm_prompt_lookup_ngram=1),
+    "prompt_lookup_matches+top_k": dict(
+        top_k=2, wedlm_prompt_lookup=True, wedlm_prompt_lookup_ngram=1, wedlm_prompt_lookup_matches=3
+    ),
 }
-"""Warper settings; in the last two, prompt lookup's drafts (one-hot proposals) join the mask slots' after a
+"""Warper settings; in the last three, prompt lookup's drafts (one-hot proposals) join the mask slots' after a
 rejection, and the first prompt's own continuation is drafted in the first forward (with keyed draws, then with
-torch's generator and the processors run per prefix, as typical sampling has no dense form)."""
+torch's generator and the processors run per prefix, as typical sampling has no dense form; then with three
+matches as branches)."""
 
 
 def _model(family: str):
@@ -147,7 +151,7 @@ def test_lossless_sampling_has_the_models_distribution(setting, scoring, monkeyp
 
     def counted(*args):
         result = verified(*args)
-        branches_taken.append(int(result[1].sum()))
+        branches_taken.extend(result[2][result[1]].tolist())
         return result
 
     monkeypatch.setattr(tree, "verified", counted)
@@ -175,8 +179,10 @@ def test_lossless_sampling_has_the_models_distribution(setting, scoring, monkeyp
         assert stats["drafted"] > 2 * DRAWS, stats
         first_step = [steps.count(steps[0]) for steps in output.wedlm_stats.commit_steps[::2]]  # the first prompt's
         assert sum(count > 1 for count in first_step) > 0.1 * len(first_step)  # drafts passed in the prefill
-        as_branch = setting == "prompt_lookup+top_k" and scoring != "chain"  # (typical_p reads more than a row)
-        assert (sum(branches_taken) > 0.05 * DRAWS) == as_branch, sum(branches_taken)
+        as_branch = "typical" not in setting and scoring != "chain"  # (typical_p reads more than a row)
+        assert (len(branches_taken) > 0.05 * DRAWS) == as_branch, len(branches_taken)
+        taken = set(branches_taken)
+        assert taken == (set(range(options.get("wedlm_prompt_lookup_matches", 2))) if as_branch else set()), taken
     generated = output.sequences[:, input_ids.shape[1] :].tolist()
     warpers, exact, counts = _warpers(options), {}, {}
     for row, (prompt, mask) in enumerate(zip(prompts, attention)):

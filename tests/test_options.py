@@ -25,6 +25,7 @@ COMPANIONS = {
     "wedlm_prompt_lookup": {"wedlm_lossless": True},
     "wedlm_prompt_lookup_ngram": LOOKUP,
     "wedlm_prompt_lookup_tokens": LOOKUP,
+    "wedlm_prompt_lookup_matches": LOOKUP,
 }
 """Options that are legal only with another one."""
 

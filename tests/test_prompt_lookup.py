@@ -171,23 +171,27 @@ def test_prompt_lookup_options_are_validated(options, message):
         )
 
 
-def _reference_lookup(context: list[int], history: list[list[int]], ngram: int, tokens: int):
-    """Per the docstring of `PromptLookup.continuation`, one row in plain Python: (latest, earliest) continuations
-    of the longest n-gram ending the context that occurred strictly before in it, else the latest in a history
-    text (a longer match there wins; a tie stays the row's own)."""
+def _reference_lookup(context: list[int], history: list[list[int]], ngram: int, tokens: int, matches: int):
+    """Per the docstring of `PromptLookup.continuation`, one row in plain Python: the continuations of the longest
+    n-gram ending the context that occurred strictly before in it (the latest, the earliest unless it is among
+    the latest ones taken, then the next latest), else the latest in a history text (a longer match there wins; a
+    tie stays the row's own)."""
     for size in range(min(ngram, len(context)), 0, -1):
         last = context[-size:]
         starts = [s for s in range(len(context) - size) if context[s : s + size] == last]
         if starts:
-            return [context[s + size :][:tokens] for s in (max(starts), min(starts))]
+            latest = sorted(starts, reverse=True)[: max(matches - 1, 1)]
+            picks = [latest[0], None if min(starts) in latest else min(starts), *latest[1:]][:matches]
+            picks += [None] * (matches - len(picks))
+            return [[] if s is None else context[s + size :][:tokens] for s in picks]
         found = [(text, s) for text in history for s in range(len(text) - size + 1) if text[s : s + size] == last]
         if found:
             text, s = found[-1]
-            return [text[s + size :][:tokens]] * 2
-    return [[], []]
+            return [text[s + size :][:tokens]] * matches
+    return [[]] * matches
 
 
-def test_lookup_finds_the_longest_latest_and_earliest_match():
+def test_lookup_finds_the_longest_latest_earliest_and_next_latest_matches():
     """The vectorised search (every n-gram size in one pass, every row at once) against a plain Python search, on
     left-padded rows of a small vocabulary (many matches), before the first forward and after, with a history."""
     from types import SimpleNamespace
@@ -203,15 +207,15 @@ def test_lookup_finds_the_longest_latest_and_earliest_match():
         window = torch.randint(0, 4, (rows, 3), generator=generator)
         history = [torch.randint(0, 4, (n,), generator=generator).tolist() for n in (trial % 7, 2 + trial % 3)]
         corpus = SimpleNamespace(tokens=torch.tensor([t for text in history for t in text + [-1]]))
-        prefill, ngram, tokens = trial % 4 == 0, 1 + trial % 3, 1 + trial % 5
+        prefill, ngram, tokens, matches = trial % 4 == 0, 1 + trial % 3, 1 + trial % 5, 1 + trial % 4
         if prefill:
             generated.zero_()
         record = SimpleNamespace(prompt_length=prompt, sequences=sequences)
         state = SimpleNamespace(window=window, generated=generated, rows=torch.arange(rows), first_position=real)
-        found, count = PromptLookup(ngram, tokens, corpus).continuation(record, state, prefill)
+        found, count = PromptLookup(ngram, tokens, corpus, matches).continuation(record, state, prefill)
         for row in range(rows):
             end = prompt + int(generated[row])
             context = sequences[row, prompt - int(real[row]) : end].tolist() + ([] if prefill else [int(window[row, 0])])
-            expected = _reference_lookup(context, history, ngram, tokens)
-            got = [found[row, b, : count[row, b]].tolist() for b in range(2)]
+            expected = _reference_lookup(context, history, ngram, tokens, matches)
+            got = [found[row, b, : count[row, b]].tolist() for b in range(matches)]
             assert got == expected, (trial, row, context, history)

@@ -52,13 +52,18 @@ def _drafts_right_but_every_fourth(monkeypatch, greedy: torch.Tensor) -> None:
     monkeypatch.setattr(SlotFiller, "fill", fill)
 
 
-@pytest.mark.parametrize("family, attn", [("wedlm", "sdpa"), ("llama", "eager"), ("qwen3", "sdpa")])
-def test_trees_take_branches_and_keep_greedy_output(family, attn, taken, monkeypatch):
-    model = wedlm_hf.enable(tiny_model(family, seed=1, peak=40, attn=attn))
+@pytest.mark.parametrize(
+    "family, seed, attn, ngram, matches",
+    [("wedlm", 1, "sdpa", 2, 2), ("llama", 1, "eager", 2, 2), ("qwen3", 1, "sdpa", 2, 2), ("wedlm", 3, "sdpa", 1, 4)],
+)
+def test_trees_take_branches_and_keep_greedy_output(family, seed, attn, ngram, matches, taken, monkeypatch):
+    """Also with 4 matches of the last token (a model whose text often recurs with another ending there)."""
+    model = wedlm_hf.enable(tiny_model(family, seed=seed, peak=40, attn=attn))
     input_ids, attention_mask = _repeating_prompts(seed=1)
     greedy = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=40, do_sample=False)
     options = dict(max_new_tokens=40, decoding="wedlm", wedlm_lossless=True, mask_token_id=MASK_ID,
-                   wedlm_prompt_lookup=True, wedlm_window_size=6)
+                   wedlm_prompt_lookup=True, wedlm_window_size=6, wedlm_prompt_lookup_ngram=ngram,
+                   wedlm_prompt_lookup_matches=matches)
     for schedule in ("full", "adaptive"):
         output = model.generate(input_ids=input_ids, attention_mask=attention_mask, wedlm_draft_schedule=schedule,
                                 **options)
@@ -70,21 +75,23 @@ def test_trees_take_branches_and_keep_greedy_output(family, attn, taken, monkeyp
     output = model.generate(input_ids=input_ids, attention_mask=attention_mask, wedlm_draft_schedule="full", **options)
     assert torch.equal(output, greedy)
     assert max(depth for depth, _ in taken) > 1, "no branch left the window's drafts after shared ones"
-    assert indices | {index for _, index in taken} == {0, 1}, "the latest or the earliest match's was never taken"
+    assert indices | {index for _, index in taken} == set(range(matches)), "a match's branch was never taken"
 
 
-def test_trees_are_off_where_a_verified_score_reads_the_prefix(taken):
+def test_trees_are_off_where_a_verified_score_reads_the_prefix(taken, caplog):
     """Processors that read the prefix (here a repetition penalty, which per-row sampling would take, plus an
-    n-gram ban, which it cannot) keep lookup on the window's chain: output still greedy's."""
+    n-gram ban, which it cannot) keep lookup on the window's chain: output still greedy's; more matches asked for
+    are not silently dropped."""
     model = wedlm_hf.enable(tiny_model("qwen3", seed=2, peak=40))
     input_ids, attention_mask = _repeating_prompts(seed=2)
     options = dict(max_new_tokens=30, do_sample=False, no_repeat_ngram_size=4)
     greedy = model.generate(input_ids=input_ids, attention_mask=attention_mask, **options)
     output = model.generate(
         input_ids=input_ids, attention_mask=attention_mask, **options, decoding="wedlm", wedlm_lossless=True,
-        mask_token_id=MASK_ID, wedlm_prompt_lookup=True,
+        mask_token_id=MASK_ID, wedlm_prompt_lookup=True, wedlm_prompt_lookup_matches=3,
     )
     assert torch.equal(output, greedy) and not taken
+    assert any("`wedlm_prompt_lookup_matches=3`" in record.getMessage() for record in caplog.records)
 
 
 def test_trees_in_the_engines_pool_keep_every_request_greedy(taken):

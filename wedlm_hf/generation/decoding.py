@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
+from transformers.utils import logging
 
 from .attention import MASK_IMPLEMENTATIONS
 from .dynamic import DynamicBackend
@@ -34,6 +35,8 @@ from .support import is_wedlm_trained
 from .validation import check_request, check_settings, checked_prompt
 from .verify import Verifier
 from .window import WindowLayout, WindowScores, WindowState
+
+logger = logging.get_logger(__name__)
 
 
 def wedlm_decode(
@@ -55,6 +58,7 @@ def wedlm_decode(
     wedlm_prompt_lookup=UNSET,
     wedlm_prompt_lookup_ngram=UNSET,
     wedlm_prompt_lookup_tokens=UNSET,
+    wedlm_prompt_lookup_matches=UNSET,
     **model_kwargs,
 ) -> WeDLMGenerateOutput | torch.LongTensor:
     """WeDLM decoding loop; use as `model.generate(custom_generate=wedlm_decode, mask_token_id=..., ...)`.
@@ -73,7 +77,7 @@ def wedlm_decode(
             mask_token_id=mask_token_id, wedlm_blockwise=wedlm_blockwise, wedlm_lossless=wedlm_lossless,
             wedlm_draft_schedule=wedlm_draft_schedule, wedlm_static=wedlm_static,
             wedlm_prompt_lookup=wedlm_prompt_lookup, wedlm_prompt_lookup_ngram=wedlm_prompt_lookup_ngram,
-            wedlm_prompt_lookup_tokens=wedlm_prompt_lookup_tokens,
+            wedlm_prompt_lookup_tokens=wedlm_prompt_lookup_tokens, wedlm_prompt_lookup_matches=wedlm_prompt_lookup_matches,
         )
         max_new_tokens = generation_config.max_length - input_ids.shape[1]
         mask, prompt_lengths = checked_prompt(model, input_ids, model_kwargs, max_new_tokens)
@@ -194,8 +198,16 @@ def start_decoding(
         adaptive = settings.draft_schedule == "adaptive"
         lookup = None
         if settings.prompt_lookup or history is not None:
-            lookup = PromptLookup(settings.prompt_lookup_ngram, settings.prompt_lookup_tokens, history)
+            lookup = PromptLookup(
+                settings.prompt_lookup_ngram, settings.prompt_lookup_tokens, history, settings.prompt_lookup_matches
+            )
         tree = lookup is not None and trees_allowed(model, settings, logits_processor, record, do_sample)
+        if lookup is not None and not tree and lookup.matches > 2:
+            logger.warning(
+                f"`wedlm_prompt_lookup_matches={lookup.matches}`: this call cannot verify matches as branches (they "
+                "need SDPA or eager attention, no `wedlm_static`, and processors, penalties and kept scores that "
+                "read no prefix), so only the latest match drafts; drop the option or what rules trees out."
+            )
         policy = LosslessPolicy(
             layout, record, filler, state, adaptive, verifier, lookup, is_wedlm_trained(model), tree
         )

@@ -39,16 +39,20 @@ class PromptLookup:
     history: TokenHistory | None = None
     """Earlier texts searched too: at each n-gram size after the row's own context, so the longest match wins
     and the row's own text wins a tie."""
+    matches: int = 2
+    """How many occurrences `continuation` returns: the latest, the earliest, then the next latest ones."""
 
     def continuation(
         self, record: OutputRecord, state: WindowState, prefill: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per row, the (rows, 2, tokens) tokens that followed the latest and the earliest earlier occurrence of
-        its last n-gram (the longest of at most `ngram` tokens that occurred before), and how many of them there are
-        (rows, 2) (0: no match; a match in the history is its latest, twice). A row's context is its prompt (without
-        padding), its committed tokens and its certain token (slot 0); before the first forward (`prefill`) its
-        prompt alone, which ends at the same column in every row (no host read). Where an edit repeats a text, the
-        latest occurrence is the one being rewritten; where a pattern recurs, the earliest may have gone on longer."""
+        """Per row, the (rows, matches, tokens) tokens that followed earlier occurrences of its last n-gram (the
+        longest of at most `ngram` tokens that occurred before): the latest, the earliest, then the next latest
+        ones; and how many of them there are (rows, matches) (0: no such occurrence; a match in the history is its
+        latest, in every place). A row's context is its prompt (without padding), its committed tokens and its
+        certain token (slot 0); before the first forward (`prefill`) its prompt alone, which ends at the same column
+        in every row (no host read). Where an edit repeats a text, the latest occurrence is the one being
+        rewritten; where a pattern recurs, the earliest may have gone on longer; where a line recurs with other
+        endings (arguments, fields), the next latest ones hold them."""
         device = state.window.device
         end = record.prompt_length + state.generated - int(prefill)  # the certain (or last prompt) token's column
         if prefill:
@@ -68,8 +72,8 @@ class PromptLookup:
         own = torch.minimum(own, (columns - first[:, None] + 1).clamp(min=0)).masked_fill(columns >= end[:, None], 0)
         best = own.amax(1)  # the longest match, as transformers' lookup tries the longest n-gram first
         hit = (own == best[:, None]) & (best > 0)[:, None]
-        ends = torch.stack([torch.where(hit, columns, -1).amax(1), torch.where(hit, columns, width).amin(1)], 1)
-        source, found = ends + 1, best > 0  # latest, earliest
+        ends = _occurrences(hit, columns, self.matches)
+        source, found = ends + 1, ends >= 0
         corpus = None if self.history is None else self.history.tokens.to(device)
         from_history = torch.zeros_like(found)
         if corpus is not None and corpus.numel():
@@ -78,7 +82,7 @@ class PromptLookup:
             latest = torch.where(earlier == longest[:, None], torch.arange(corpus.numel(), device=device), -1).amax(1)
             from_history = longest > best  # a longer match wins; the row's own text wins a tie
             source = torch.where(from_history[:, None], latest[:, None] + 1, source)
-            found |= from_history
+            found |= from_history[:, None]
         at = source[..., None] + torch.arange(self.tokens, device=device)  # (rows, 2, tokens)
         tokens = ids.gather(1, at.flatten(1).clamp(min=0, max=width - 1)).view(at.shape)
         count = (end[:, None] + 1 - source).clamp(max=self.tokens)
@@ -87,7 +91,7 @@ class PromptLookup:
             in_text = (told >= 0).int().cumprod(-1)  # up to the end of that earlier text
             tokens = torch.where(from_history[:, None, None], told.clamp(min=0), tokens)
             count = torch.where(from_history[:, None], in_text.sum(-1), count)
-        return tokens, count.masked_fill(~found[:, None], 0)
+        return tokens, count.masked_fill(~found, 0)
 
     def draft(
         self,
@@ -126,6 +130,20 @@ class PromptLookup:
 def _suffixes(ids: torch.Tensor, ngram: int) -> torch.Tensor:
     """(rows, columns, ngram) the `ngram` tokens ending at each column (-1 before the first)."""
     return torch.nn.functional.pad(ids, (ngram - 1, 0), value=-1).unfold(1, ngram, 1)
+
+
+def _occurrences(hit: torch.Tensor, columns: torch.Tensor, matches: int) -> torch.Tensor:
+    """(rows, matches) the columns where `hit` (rows, columns) holds: the latest, the earliest, then the next latest
+    (-1 past a row's hits; for the earliest also where the latest ones hold it already)."""
+    latest, later = torch.where(hit, columns, -1), max(matches - 1, 1)
+    if later == 1:
+        latest = latest.amax(1, keepdim=True)
+    else:
+        latest = latest.topk(min(later, latest.shape[1]), 1).values
+        latest = torch.nn.functional.pad(latest, (0, later - latest.shape[1]), value=-1)
+    earliest = torch.where(hit, columns, columns.numel()).amin(1, keepdim=True)
+    earliest = earliest.masked_fill((earliest >= columns.numel()) | (earliest >= latest[:, -1:]), -1)
+    return torch.cat([latest[:, :1], earliest, latest[:, 1:]], 1)[:, :matches]
 
 
 def _match_lengths(suffixes: torch.Tensor, last: torch.Tensor, real: torch.Tensor) -> torch.Tensor:

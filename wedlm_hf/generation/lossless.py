@@ -62,8 +62,8 @@ class LosslessPolicy:
             lookup_ok=torch.ones_like(state.done),
         )
         self.trained = trained
-        self.branch = Branch.empty(length, 2, lookup.slots(layout)) if tree and lookup else None
-        """With trees: each row's lookup branches (the latest and earliest match), verified beside its window."""
+        self.branch = Branch.empty(length, lookup.matches, lookup.slots(layout)) if tree and lookup else None
+        """With trees: each row's lookup branches (`PromptLookup.matches` of them), verified beside its window."""
         self.schedule = DraftSchedule.starting(state.generated, layout.window_size, trained)
         """The adaptive schedule's row state (with `"full"`, only its `most` is read)."""
         self.draft_probs: torch.Tensor | None = None

@@ -142,6 +142,12 @@ OPTIONS = (
         "wedlm_prompt_lookup_tokens", 10, Accepts("int", minimum=1), "prompt lookup: most tokens drafted per match",
         exposed=(CLI, ROWS),
     ),
+    WeDLMOption(
+        "wedlm_prompt_lookup_matches", 2, Accepts("int", minimum=1),
+        "prompt lookup: earlier occurrences verified per forward as branches (the latest, the earliest, then the "
+        "next latest)",
+        exposed=(CLI, ROWS),
+    ),
     WeDLMOption("wedlm_static", False, Accepts("bool"), "fixed-shape steps, for torch.compile / CUDA graphs"),
 )
 

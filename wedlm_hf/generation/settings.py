@@ -36,9 +36,10 @@ class WeDLMSettings:
     draft_schedule: str = "adaptive"
     prompt_lookup: bool = False
     """Lossless mode also drafts from the context (`lookup.py`), `prompt_lookup_tokens` after a match of the last
-    `prompt_lookup_ngram` tokens."""
+    `prompt_lookup_ngram` tokens, `prompt_lookup_matches` matches at once where a tree verifies them (`tree.py`)."""
     prompt_lookup_ngram: int = BY_SETTING["prompt_lookup_ngram"].default
     prompt_lookup_tokens: int = BY_SETTING["prompt_lookup_tokens"].default
+    prompt_lookup_matches: int = BY_SETTING["prompt_lookup_matches"].default
     static: bool = False
     """Fixed-shape steps over a preallocated cache (generation/pool.py), for torch.compile / CUDA graphs."""
 
@@ -85,7 +86,7 @@ class WeDLMSettings:
             raise ValueError(
                 "`wedlm_draft_schedule` sets how lossless mode drafts; pass `wedlm_lossless=True` with it, or drop it."
             )
-        sizes_passed = [name for name in ("ngram", "tokens") if f"wedlm_prompt_lookup_{name}" in passed]
+        sizes_passed = [name for name in ("ngram", "tokens", "matches") if f"wedlm_prompt_lookup_{name}" in passed]
         if values["prompt_lookup"] and not values["lossless"]:
             raise ValueError(
                 "`wedlm_prompt_lookup=True` drafts from the context for lossless mode to verify; pass "

@@ -2,10 +2,11 @@
 
 Lossless mode's window is one chain (the certain token, then its drafts), so where prompt lookup and the mask
 predictions disagree, or two earlier occurrences of the context continue differently, only one guess could be
-tried. Here each lookup continuation (the latest and the earliest match, `lookup.py`) is fed from its first
-disagreement with the window on as a *branch*: extra columns before the window, each at its logical position,
-attending to the committed prefix, to the window slots before the divergence (its ancestors) and to its own
-tokens before it, through a 4D attention mask (`tree_mask`); no window slot sees a branch, so the window's logits
+tried. Here each lookup continuation (the latest and the earliest match, more with `wedlm_prompt_lookup_matches`,
+`lookup.py`) is fed from its first disagreement with the window on as a *branch*: extra columns before the
+window, each at its logical position, attending to the committed prefix, to the window slots before the divergence
+(its ancestors) and to its own tokens before it, through a 4D attention mask (`tree_mask`); no window slot sees a
+branch, so the window's logits
 are what they are without them. Verification walks the window's chain and, at the node where a branch leaves it,
 tries the branch's first token as a further candidate (`verify`): greedy, where it is the argmax there; sampling,
 by recursive rejection (SpecInfer, Miao et al. 2024): once the window's draft at that node is rejected (or the
@@ -53,8 +54,8 @@ class Branch(PerRow):
     ) -> None:
         """Branch off continuations `tokens` (rows, branches, n) of `count` (rows, branches) tokens for slots 1, 2,
         ...: each from its first token the window does not hold already, within `room` (rows,) slots (the window
-        size, the row's budget); a continuation that repeats an earlier one (same depth, same first token) is
-        dropped."""
+        size, the row's budget); one that an earlier one holds whole (same depth, its tokens a prefix of the
+        earlier one's) is dropped: it would never commit more."""
         size = self.tokens.shape[-1]  # (at most `window_size - 1`: a branch's slots are within the window size)
         tokens = tokens[..., :size]
         n, held = tokens.shape[-1], window[:, None, 1 : 1 + size]
@@ -63,9 +64,12 @@ class Branch(PerRow):
         depth, offsets = shared + 1, (shared[..., None] + torch.arange(size, device=tokens.device)).clamp(max=n - 1)
         tokens = tokens.gather(-1, offsets)
         count = torch.minimum(count - shared, room[:, None] - depth).clamp(min=0, max=size)
-        repeated = (depth[:, 1:] == depth[:, :1]) & (tokens[:, 1:, 0] == tokens[:, :1, 0])
-        self.tokens, self.depth = tokens, depth
-        self.count = torch.cat([count[:, :1], count[:, 1:].masked_fill(repeated, 0)], 1)
+        past = torch.arange(size, device=tokens.device) >= count[..., None]  # (rows, branches, size)
+        within = ((tokens[:, :, None] == tokens[:, None]) | past[:, :, None]).all(-1)  # (rows, branch, earlier)
+        within &= (depth[:, :, None] == depth[:, None]) & (count[:, :, None] <= count[:, None])
+        earlier = torch.ones(within.shape[1:], dtype=torch.bool, device=within.device).tril(-1)
+        repeated = (within & earlier & (count[:, None] > 0)).any(-1)
+        self.tokens, self.depth, self.count = tokens, depth, count.masked_fill(repeated, 0)
 
     def fed_columns(self, width: int) -> torch.Tensor:
         """(rows, branches, size) the fed column of each branch token: a row's branches are fed one after another
