@@ -14,7 +14,7 @@ from wedlm_hf.cli import main
 
 ALL_ARMS = {
     "ar", "prompt_lookup", "wedlm", "wedlm_blockwise", "wedlm_lossless", "wedlm_lossless_lookup",
-    "wedlm_lossless_history", "wedlm_lossless_sampled", "nocache",
+    "wedlm_lossless_lookup_wide", "wedlm_lossless_history", "wedlm_lossless_sampled", "nocache",
     "wedlm@1slot", "wedlm@0.5", "wedlm_blockwise@1slot", "wedlm_blockwise@0.5",
 }
 
@@ -46,7 +46,7 @@ def test_every_arm_is_reported(result, tmp_path):
     assert {r["arm"] for r in data["sets"]["random"]} == ALL_ARMS
     plot(result, tmp_path / "bench.png")
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    for name in ("wedlm_lossless", "wedlm_lossless_lookup", "wedlm_lossless_history"):
+    for name in ("wedlm_lossless", "wedlm_lossless_lookup", "wedlm_lossless_lookup_wide", "wedlm_lossless_history"):
         assert rows[name].identical == 1.0, f"{name} must reproduce the ar arm exactly"
     for r in rows.values():
         assert r.tokens_per_s > 0 and r.forwards > 0 and len(r.tokens_per_s_repeats) == 2
@@ -184,3 +184,15 @@ def test_quick_fills_only_the_sizes_not_given():
     args = parser.parse_args(["--repeats", "5"])
     apply_sizes(args)
     assert (args.repeats, args.lengths) == (5, FULL["lengths"])
+
+
+def test_a_model_not_trained_for_wedlm_runs_its_lossless_arms():
+    """`--model smollm2` (no mask token): the lossless arms get one and still decode AR's tokens."""
+    from wedlm_hf.bench.models import load_model
+
+    model, tokenizer = load_model("smollm2")
+    assert model.generation_config.mask_token_id == len(tokenizer) - 1
+    config = BenchConfig(max_new_tokens=8, repeats=1, thresholds=(), scaling_lengths=(),
+                         families=("ar", "wedlm_lossless_lookup"))
+    result = run_bench(model, {"one": [tokenizer("def add(a, b):")["input_ids"]]}, config, progress=False)
+    assert all(row.identical == 1.0 for row in result.sets["one"])

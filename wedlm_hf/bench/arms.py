@@ -20,6 +20,8 @@ from ..generation.reference import reference_decode
 from ..generation.settings import WeDLMSettings
 
 PROMPT_LOOKUP_TOKENS = 10
+WIDE_LOOKUP = {"wedlm_prompt_lookup_matches": 4, "wedlm_prompt_lookup_tokens": 20, "wedlm_window_size": 21}
+"""A wider tree: four matches as branches, 20 tokens each (a window of 21 slots holds them)."""
 HISTORY_TOKENS = 1 << 15
 """`draft_history` of the arms that keep one: every prompt and output of a bench set fits."""
 
@@ -30,6 +32,9 @@ FAMILIES: dict[str, dict] = {
     "wedlm_blockwise": {"decoding": "wedlm", "wedlm_blockwise": True},
     "wedlm_lossless": {"decoding": "wedlm", "wedlm_lossless": True},
     "wedlm_lossless_lookup": {"decoding": "wedlm", "wedlm_lossless": True, "wedlm_prompt_lookup": True},
+    "wedlm_lossless_lookup_wide": {
+        "decoding": "wedlm", "wedlm_lossless": True, "wedlm_prompt_lookup": True, **WIDE_LOOKUP
+    },
     "wedlm_lossless_history": {"decoding": "wedlm", "wedlm_lossless": True, "draft_history": HISTORY_TOKENS},
     "wedlm_lossless_sampled": {"decoding": "wedlm", "wedlm_lossless": True, "do_sample": True, "temperature": 0.7},
     "nocache": {"decoding": "reference"},
@@ -37,8 +42,9 @@ FAMILIES: dict[str, dict] = {
 """Family name -> `generate` keywords; `decoding="reference"` runs the cache-free `reference_decode` instead.
 `wedlm_lossless_sampled` draws from the model's distribution at temperature 0.7 (its output is not the ar arm's;
 its tokens per forward compare with `wedlm_lossless`). The lossless arms draft from the mask slots alone
-(`wedlm_lossless`), from the row's own context too (`_lookup`), or from every source (`_history`: the engine's
-history of earlier requests, which the engine searches after the row's own context, so lookup comes with it)."""
+(`wedlm_lossless`), from the row's own context too (`_lookup`; `_lookup_wide` verifies more and longer matches
+per forward: `WIDE_LOOKUP`), or from every source (`_history`: the engine's history of earlier requests, which the
+engine searches after the row's own context, so lookup comes with it)."""
 
 THRESHOLD_SWEPT = ("wedlm", "wedlm_blockwise")
 """Families that are also run at every threshold of the sweep (speed/quality curve, paper Fig. 4a)."""

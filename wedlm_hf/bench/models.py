@@ -46,8 +46,12 @@ def random_model(
 
 def load_model(name: str | None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase | None]:
     """The model `name` stands for (`wedlm_hf.loading`) with WeDLM decoding enabled, and its tokenizer (None for
-    `RANDOM_MODEL`)."""
+    `RANDOM_MODEL`). A model not trained for WeDLM has no mask token: its lossless arms verify every draft, so
+    the tokenizer's last id serves (its plain WeDLM arms are what such a model makes of masks it never saw)."""
     if name == RANDOM_MODEL:
         return random_model(), None
     model, tokenizer = load_model_and_tokenizer(name)
+    configs = (model.config, model.generation_config)
+    if all(getattr(config, "mask_token_id", None) is None for config in configs):
+        model.generation_config.mask_token_id = len(tokenizer) - 1
     return enable(model), tokenizer
