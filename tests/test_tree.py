@@ -224,3 +224,18 @@ def test_a_rows_branch_draws_do_not_depend_on_the_batchs_widest_branch():
     assert alone[1].any() and (alone[2] == 1).any()  # branches taken, the second one too
     for mine, theirs in zip(alone, beside):
         assert torch.equal(mine, theirs)
+
+
+def test_a_branch_is_dropped_only_where_an_earlier_one_holds_it_whole():
+    """`Branch.propose`: each continuation starts where it leaves the window's drafts; one whose tokens an earlier
+    branch at the same depth holds whole never commits more, so it feeds no columns; one sharing only a prefix
+    with an earlier one (the same first token, another ending) is kept, and so is one at another depth."""
+    mask = 99
+    window = torch.tensor([[7, 5, mask, mask, mask, mask]])
+    continuations = torch.tensor([[[5, 1, 2, 3], [5, 1, 2, 9], [5, 1, 2, 0], [1, 2, 0, 0], [5, 1, 2, 3], [5, 4, 0, 0]]])
+    count = torch.tensor([[4, 4, 3, 2, 4, 2]])
+    branch = Branch.empty(window, 6, 4)
+    branch.propose(window, mask, continuations, count, torch.tensor([6]))
+    assert branch.depth.tolist() == [[2, 2, 2, 1, 2, 2]]  # (the window's slot 1 holds each one's 5 already)
+    assert branch.tokens[0, :, :3].tolist() == [[1, 2, 3], [1, 2, 9], [1, 2, 0], [1, 2, 0], [1, 2, 3], [4, 0, 0]]
+    assert branch.count.tolist() == [[3, 3, 0, 2, 0, 1]]

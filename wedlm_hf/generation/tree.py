@@ -65,11 +65,11 @@ class Branch(PerRow):
         tokens = tokens.gather(-1, offsets)
         count = torch.minimum(count - shared, room[:, None] - depth).clamp(min=0, max=size)
         past = torch.arange(size, device=tokens.device) >= count[..., None]  # (rows, branches, size)
-        within = ((tokens[:, :, None] == tokens[:, None]) | past[:, :, None]).all(-1)  # (rows, branch, earlier)
-        within &= (depth[:, :, None] == depth[:, None]) & (count[:, :, None] <= count[:, None])
-        earlier = torch.ones(within.shape[1:], dtype=torch.bool, device=within.device).tril(-1)
-        repeated = (within & earlier & (count[:, None] > 0)).any(-1)
-        self.tokens, self.depth, self.count = tokens, depth, count.masked_fill(repeated, 0)
+        for later in range(1, tokens.shape[1]):  # (the branches, a few: not the rows)
+            one = slice(later, later + 1)
+            held = ((tokens[:, one] == tokens[:, :later]) | past[:, one]).all(-1) & (depth[:, one] == depth[:, :later])
+            count[:, later] *= ~(held & (count[:, one] <= count[:, :later])).any(1)
+        self.tokens, self.depth, self.count = tokens, depth, count
 
     def fed_columns(self, width: int) -> torch.Tensor:
         """(rows, branches, size) the fed column of each branch token: a row's branches are fed one after another
