@@ -77,7 +77,8 @@ def wedlm_decode(
             mask_token_id=mask_token_id, wedlm_blockwise=wedlm_blockwise, wedlm_lossless=wedlm_lossless,
             wedlm_draft_schedule=wedlm_draft_schedule, wedlm_static=wedlm_static,
             wedlm_prompt_lookup=wedlm_prompt_lookup, wedlm_prompt_lookup_ngram=wedlm_prompt_lookup_ngram,
-            wedlm_prompt_lookup_tokens=wedlm_prompt_lookup_tokens, wedlm_prompt_lookup_matches=wedlm_prompt_lookup_matches,
+            wedlm_prompt_lookup_tokens=wedlm_prompt_lookup_tokens,
+            wedlm_prompt_lookup_matches=wedlm_prompt_lookup_matches,
         )
         max_new_tokens = generation_config.max_length - input_ids.shape[1]
         mask, prompt_lengths = checked_prompt(model, input_ids, model_kwargs, max_new_tokens)

@@ -83,7 +83,7 @@ class PromptLookup:
             from_history = longest > best  # a longer match wins; the row's own text wins a tie
             source = torch.where(from_history[:, None], latest[:, None] + 1, source)
             found |= from_history[:, None]
-        at = source[..., None] + torch.arange(self.tokens, device=device)  # (rows, 2, tokens)
+        at = source[..., None] + torch.arange(self.tokens, device=device)  # (rows, matches, tokens)
         tokens = ids.gather(1, at.flatten(1).clamp(min=0, max=width - 1)).view(at.shape)
         count = (end[:, None] + 1 - source).clamp(max=self.tokens)
         if corpus is not None and corpus.numel():

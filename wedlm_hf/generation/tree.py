@@ -3,18 +3,17 @@
 Lossless mode's window is one chain (the certain token, then its drafts), so where prompt lookup and the mask
 predictions disagree, or two earlier occurrences of the context continue differently, only one guess could be
 tried. Here each lookup continuation (the latest and the earliest match, more with `wedlm_prompt_lookup_matches`,
-`lookup.py`) is fed from its first disagreement with the window on as a *branch*: extra columns before the
-window, each at its logical position, attending to the committed prefix, to the window slots before the divergence
-(its ancestors) and to its own tokens before it, through a 4D attention mask (`tree_mask`); no window slot sees a
-branch, so the window's logits
-are what they are without them. Verification walks the window's chain and, at the node where a branch leaves it,
-tries the branch's first token as a further candidate (`verify`): greedy, where it is the argmax there; sampling,
-by recursive rejection (SpecInfer, Miao et al. 2024): once the window's draft at that node is rejected (or the
-chain ended there), each branch token there in turn, proposed with probability 1, passes with the remaining
-distribution's probability of it, and leaves that distribution without it if it fails, so every committed token
-keeps the model's distribution. A row that takes a branch keeps the K/V of its ancestors and accepted branch
-tokens, put in order by the backend's commit (`Kept.columns`); where the window's drafts before it were rejected,
-its mask predictions saw them, so it drafts anew at the next forward.
+`lookup.py`) is fed from its first disagreement with the window on as a *branch*: extra columns before the window,
+each at its logical position, attending to the committed prefix, to the window slots before the divergence (its
+ancestors) and to its own tokens before it, through a 4D attention mask (`tree_mask`); no window slot sees a
+branch, so the window's logits are what they are without them. Verification walks the window's chain and, at the
+node where a branch leaves it, tries the branch's first token as a further candidate (`verify`): greedy, where it
+is the argmax there; sampling, by recursive rejection (SpecInfer, Miao et al. 2024): once the window's draft at
+that node is rejected (or the chain ended there), each branch token there in turn, proposed with probability 1,
+passes with the remaining distribution's probability of it, and leaves that distribution without it if it fails, so
+every committed token keeps the model's distribution. A row that takes a branch keeps the K/V of its ancestors and
+accepted branch tokens, put in order by the backend's commit (`Kept.columns`); where the window's drafts before it
+were rejected, its mask predictions saw them, so it drafts anew at the next forward.
 
 A tree needs a 4D mask (SDPA or eager attention, not FlashAttention), forwards of free width (not
 `wedlm_static`) and processed scores that do not read the prefix (no logits processors, penalties or kept
@@ -216,7 +215,7 @@ def _sampled_branches(
     rejected one is removed from that distribution (so a repeated one never passes)."""
     at_node = (branch.count > 0) & (accepted[:, None] == branch.depth - 1)
     took, best = torch.zeros_like(accepted, dtype=torch.bool), torch.zeros_like(accepted)
-    for index in range(tokens.shape[1]):  # (the branches, two: not the rows)
+    for index in range(tokens.shape[1]):  # (the branches, a few: not the rows)
         first = tokens[:, index, :1]
         candidate = at_node[:, index] & ~took
         passes = candidate & (uniform[:, index, 0] * target.sum(-1) < target.gather(1, first).squeeze(1))
