@@ -149,13 +149,9 @@ def decodes(model, prompts: list[torch.Tensor], new_tokens: int, **options) -> C
 
 
 def load_smollm2():
-    from wedlm_hf.loading import load_model_and_tokenizer
-    from wedlm_hf.loading.names import smollm2_gguf
-
-    model, tokenizer = load_model_and_tokenizer(smollm2_gguf())
-    model = wedlm_hf.enable(model)
-    # not WeDLM-trained, so no mask token: lossless mode needs only an id greedy never predicts (the last one)
-    model.generation_config = GenerationConfig(pad_token_id=tokenizer.eos_token_id, mask_token_id=len(tokenizer) - 1)
+    model, tokenizer = load_model("smollm2")  # not WeDLM-trained: the bench gives it a stand-in mask token
+    mask_token_id = model.generation_config.mask_token_id
+    model.generation_config = GenerationConfig(pad_token_id=tokenizer.eos_token_id, mask_token_id=mask_token_id)
     return model, tokenizer
 
 

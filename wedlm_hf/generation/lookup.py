@@ -135,11 +135,9 @@ def _suffixes(ids: torch.Tensor, ngram: int) -> torch.Tensor:
 def _occurrences(hit: torch.Tensor, columns: torch.Tensor, matches: int) -> torch.Tensor:
     """(rows, matches) the columns where `hit` (rows, columns) holds: the latest, the earliest, then the next latest
     (-1 past a row's hits; for the earliest also where the latest ones hold it already)."""
-    latest, later = torch.where(hit, columns, -1), max(matches - 1, 1)
-    if later == 1:
-        latest = latest.amax(1, keepdim=True)
-    else:
-        latest = latest.topk(min(later, latest.shape[1]), 1).values
+    later = max(matches - 1, 1)
+    latest = torch.where(hit, columns, -1).topk(min(later, columns.numel()), 1).values
+    if latest.shape[1] < later:  # (fewer columns than matches: before the first forward of a short prompt)
         latest = torch.nn.functional.pad(latest, (0, later - latest.shape[1]), value=-1)
     earliest = torch.where(hit, columns, columns.numel()).amin(1, keepdim=True)
     earliest = earliest.masked_fill((earliest >= columns.numel()) | (earliest >= latest[:, -1:]), -1)
