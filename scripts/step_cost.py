@@ -23,8 +23,9 @@ from `git worktree add /tmp/old <commit>` first on PYTHONPATH).
 
 `--never-slower` prints only issue 34's table instead: lossless vs greedy wall-clock speed on held-out code (where
 drafts fail), each prompt alone and `--batch` prompts in one left-padded call, on the embedded checkpoint and,
-with `--smollm2`, SmolLM2-135M base (goals: >= 1.0x embedded, >= 0.97x SmolLM2); and lossless tokens per forward
-on counting (goal: >= 9.5). WeDLM decodes in inference mode, greedy `generate()` under `no_grad`, as each runs for
+with `--smollm2`, SmolLM2-135M base and the shipped `smollm2-wedlm` (goals: >= 1.0x embedded and `smollm2-wedlm`,
+>= 0.97x SmolLM2 base); lossless tokens per forward on counting (goal: >= 9.5); and what a failed try of the
+adaptive schedule costs each model in AR forwards (`draft_schedule.TRY_COST` declares the CPU's). WeDLM decodes in inference mode, greedy `generate()` under `no_grad`, as each runs for
 its users; `--inference-mode` runs both in inference mode (as `wedlm-hf bench` times its arms), leaving the cost of
 the decoding alone.
 
@@ -155,14 +156,32 @@ def load_smollm2():
     return model, tokenizer
 
 
+def try_cost(model, repeats: int, past: int = 200) -> float:
+    """What a failed try of the adaptive schedule costs in AR forwards (`draft_schedule.TRY_COST`): its two forwards
+    of three columns against two of one, model forwards alone after a `past`-token prefix, medians of `repeats`."""
+    vocab, cache = model.config.vocab_size, DynamicCache()
+    model(input_ids=torch.randint(3, vocab - 1, (1, past)), cache=cache, use_cache=True)
+
+    def seconds(width: int) -> float:
+        ids, positions = torch.randint(3, vocab - 1, (1, width)), torch.arange(past, past + width)[None]
+        start = time.perf_counter()
+        model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=width)
+        cache.crop(-width)
+        return time.perf_counter() - start
+
+    ratios = [seconds(3) / seconds(1) for _ in range(4 * repeats + 2)][2:]  # (the first two warm up)
+    return 2 * (statistics.median(ratios) - 1)
+
+
 def never_slower(args: argparse.Namespace) -> None:
     """Issue 34: lossless vs greedy wall-clock where drafts fail (held-out code), each prompt alone and `--batch`
-    prompts left-padded in one call, on the embedded checkpoint and (`--smollm2`) SmolLM2-135M base; and lossless
-    tokens per forward on counting, where drafts pass."""
+    prompts left-padded in one call, on the embedded checkpoint and (`--smollm2`) SmolLM2-135M base and the shipped
+    `smollm2-wedlm`; what a failed try costs each; and lossless tokens per forward on counting, where drafts pass."""
     n, lossless = args.new_tokens, {"decoding": "wedlm", "wedlm_lossless": True}
     models = {"embedded checkpoint": load_model(wedlm_hf.DEFAULT_MODEL)}
     if args.smollm2:
         models["SmolLM2-135M base"] = load_smollm2()
+        models["smollm2-wedlm"] = load_model("smollm2-wedlm")
     pairs = {}
     for name, (model, tokenizer) in models.items():
         ids = [tokenizer(text)["input_ids"] for text in code_prompts(max(args.batch, args.prompts))]
@@ -186,6 +205,9 @@ def never_slower(args: argparse.Namespace) -> None:
     for name, ratio in ratios.items():
         print(f"| {name} | {ratio:.3f}x |")
     print(f"| embedded checkpoint, counting: lossless tokens per forward | {statistics.mean(per_forward):.2f} |")
+    with torch.inference_mode():
+        for name, (model, _) in models.items():
+            print(f"| {name}: a failed try's cost, in AR forwards (model forwards alone) | {try_cost(model, args.repeats):.2f} |")
 
 
 def main() -> None:

@@ -34,6 +34,9 @@ from wedlm_hf.training.draft_objective import draft_only_forward  # noqa: E402
 from wedlm_hf.training.objective import dual_stream_forward  # noqa: E402
 
 FAMILIES = ("llama", "qwen3")
+FIRST_WINDOW_CHECKED = {"wedlm_entropy_threshold": 100.0}
+"""A random adapter's first-window drafts count as confident: the adaptive schedule checks them at once (its
+next try would come after more tokens than a test decodes)."""
 
 
 def adapted(family: str, gated: bool = True, seed: int = 1):
@@ -121,13 +124,13 @@ def test_lossless_with_the_adapter_is_the_base_models_greedy_generate(family, sc
     with torch.no_grad():
         out = model.generate(
             input_ids=ids, attention_mask=attention, decoding="wedlm", wedlm_lossless=True,
-            wedlm_draft_schedule=schedule, max_new_tokens=24, return_dict_in_generate=True,
+            wedlm_draft_schedule=schedule, max_new_tokens=24, return_dict_in_generate=True, **FIRST_WINDOW_CHECKED,
         )
         with model.disable_adapter():
             greedy = model.generate(input_ids=ids, attention_mask=attention, max_new_tokens=24, do_sample=False)
         alone = model.generate(
             input_ids=ids[1:2, -4:], attention_mask=attention[1:2, -4:], decoding="wedlm", wedlm_lossless=True,
-            wedlm_draft_schedule=schedule, max_new_tokens=24,
+            wedlm_draft_schedule=schedule, max_new_tokens=24, **FIRST_WINDOW_CHECKED,
         )
     assert torch.equal(out.sequences, greedy)
     assert torch.equal(alone, greedy[1:2, -28:])  # batched == unbatched
@@ -255,7 +258,7 @@ def test_a_prompt_holding_the_mask_token_is_decoded_as_the_base_model_decodes_it
     with torch.no_grad():
         out = model.generate(
             input_ids=ids, attention_mask=attention, decoding="wedlm", wedlm_lossless=True, max_new_tokens=16,
-            return_dict_in_generate=True,
+            return_dict_in_generate=True, **FIRST_WINDOW_CHECKED,
         )
         with model.disable_adapter():
             greedy = model.generate(input_ids=ids, attention_mask=attention, max_new_tokens=16, do_sample=False)

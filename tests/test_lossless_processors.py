@@ -91,7 +91,7 @@ def test_drafts_are_verified_under_processors():
     greedy = model.generate(input_ids=input_ids, attention_mask=attention_mask, **options)
     output = model.generate(
         input_ids=input_ids, attention_mask=attention_mask, **options, decoding="wedlm", wedlm_lossless=True,
-        return_dict_in_generate=True,
+        wedlm_draft_schedule="full", return_dict_in_generate=True,  # (drafts in every forward)
     )
     assert torch.equal(output.sequences, greedy)
     assert output.wedlm_stats.summary()["accepted"] > 0

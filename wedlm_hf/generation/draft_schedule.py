@@ -8,12 +8,12 @@ that accepts every draft, double plus one, up to the most (`window_size - 2`).
 
 Where drafts fail, lossless mode costs what AR costs plus its tries: a row at zero drafts tries one draft again
 (two wider forwards: one to draft, one to verify) after `probe_wait` AR tokens, a wait that doubles from
-`FIRST_AR_RUN` to `LONGEST_AR_RUN` while tries fail and resets when one passes, and never while its tries exceed
-`TOKENS_PER_PROBE`'s ration. Where the row starts is what is known before any verification: a model not trained
-for WeDLM (`support.is_wedlm_trained`) starts at zero drafts and tries first after `TOKENS_PER_PROBE` tokens (a
-failed try costs SmolLM2-135M about 1.5 forwards, 2% of a 64-token decode), a trained one at the most, cut after
-its first forward to the leading drafts predicted with confidence (`CONFIDENT_ENTROPY`, or the call's entropy
-threshold).
+`FIRST_AR_RUN` to `LONGEST_AR_RUN` while tries fail and resets when one passes, and only while its tries' cost
+(`TRY_COST` AR forwards each, declared per device) stays within `LOSS_BOUND` of its AR decoding plus the forwards its
+accepted drafts saved: a bounded loss where drafts never pass, tries as often as the waits allow where they pay.
+Where the row starts is what is known before any verification: a model not trained for WeDLM
+(`support.is_wedlm_trained`) at zero drafts, a trained one at the most, cut after its first forward to the leading
+drafts predicted with confidence (`CONFIDENT_ENTROPY`, or the call's entropy threshold).
 """
 
 import math
@@ -26,11 +26,16 @@ from .window import PerRow
 FIRST_AR_RUN = 4
 LONGEST_AR_RUN = 64
 """The fewest and the most AR tokens a row decodes before it tries one draft again."""
-TOKENS_PER_PROBE = 64
-"""A row tries a draft again only while its earlier tries number at most one per this many tokens it generated
-plus one per draft it had accepted. A try costs about one AR forward on a CPU (its two wider forwards: 1.5 on
-SmolLM2-135M, 0.6 on the embedded checkpoint; far less on a GPU) and an accepted draft saves one, so where drafts
-never pass the tries cost at most ~2% of AR decoding (`scripts/step_cost.py` measures it)."""
+LOSS_BOUND = 0.01
+"""Where drafts never pass, a row's tries cost at most this share of its AR decoding (in forwards)."""
+TRY_COST = {"cpu": 2.0}
+"""What a failed try costs, in AR forwards, per device type: its two forwards of three columns against two of one.
+On a CPU a forward of a few columns costs far more than one of a single column (matrix-matrix products against
+matrix-vector ones): 0.8 for the embedded checkpoint, 1.9 for SmolLM2-135M on a 2-vCPU AMD EPYC
+(`scripts/step_cost.py --never-slower --smollm2`, 2026-12-05); the larger is declared. Elsewhere
+(`ACCELERATOR_TRY_COST`) a forward of a few columns costs about what one of a single column does."""
+ACCELERATOR_TRY_COST = 0.1
+"""A try's cost on a GPU or other accelerator, declared (not measured here): the wider window's extra step work."""
 CONFIDENT_ENTROPY = 1.0
 """Entropy (nats) below which a first-window mask prediction counts as a draft worth checking: on the embedded
 checkpoint, counting predicts its drafts below 0.5 and held-out code above 1.5, where the first full window's
@@ -50,17 +55,19 @@ class DraftSchedule(PerRow):
     """Tries so far."""
     most: int
     """The most drafts a forward checks (`window_size - 2`)."""
-    first_try: int
-    """Tokens before the ration allows a first try: 0, or `TOKENS_PER_PROBE` for a model not trained for WeDLM."""
+    tokens_per_try: int
+    """The AR tokens whose `LOSS_BOUND` pays for one try on the rows' device (`TRY_COST`)."""
 
     @classmethod
     def starting(cls, generated: torch.Tensor, window_size: int, trained: bool) -> "DraftSchedule":
-        most, first_try = max(window_size - 2, 0), 0 if trained else TOKENS_PER_PROBE
-        return cls(
+        most, none = max(window_size - 2, 0), torch.zeros_like(generated)
+        schedule = cls(
             draft_limit=torch.full_like(generated, most if trained else 0),
-            probe_wait=torch.full_like(generated, FIRST_AR_RUN), try_at=generated + max(FIRST_AR_RUN, first_try),
-            probes=torch.zeros_like(generated), most=most, first_try=first_try,
+            probe_wait=torch.full_like(generated, FIRST_AR_RUN), try_at=none, probes=none, most=most,
+            tokens_per_try=round(TRY_COST.get(generated.device.type, ACCELERATOR_TRY_COST) / LOSS_BOUND),
         )
+        schedule.try_at = torch.maximum(generated + FIRST_AR_RUN, schedule.rationed(none))
+        return schedule
 
     def first_window(self, entropy: torch.Tensor, threshold: float | None, rows: torch.Tensor) -> None:
         """After the first forward: rows `rows` (a bool per row) check only the leading drafts whose predictions'
@@ -80,10 +87,14 @@ class DraftSchedule(PerRow):
         limit = torch.where(corrected & (2 * accepted < self.draft_limit), accepted, limit)
         longer_wait = torch.where(corrected, (2 * self.probe_wait).clamp(max=LONGEST_AR_RUN), self.probe_wait)
         self.probe_wait = longer_wait.masked_fill(accepted > 0, FIRST_AR_RUN)
-        rationed = self.first_try + TOKENS_PER_PROBE * (self.probes - accepted_so_far)
-        try_at = torch.maximum(generated + self.probe_wait, rationed)
+        try_at = torch.maximum(generated + self.probe_wait, self.rationed(accepted_so_far))
         self.try_at = torch.where((limit == 0) & (self.draft_limit > 0), try_at, self.try_at)  # rows turning AR
         self.probe(limit, generated)
+
+    def rationed(self, accepted_so_far: torch.Tensor) -> torch.Tensor:
+        """The generated count from which the ration allows a row its next try: its tries, that one included, cost
+        at most `LOSS_BOUND` of its AR forwards plus the `accepted_so_far` drafts (a forward saved each)."""
+        return (self.probes + 1) * self.tokens_per_try - round(1 / LOSS_BOUND) * accepted_so_far
 
     def probe(self, limit: torch.Tensor, generated: torch.Tensor) -> None:
         """Set the limit to `limit`, except that a row at zero drafts that has generated `try_at` tokens tries
