@@ -24,8 +24,10 @@ from `git worktree add /tmp/old <commit>` first on PYTHONPATH).
 `--never-slower` prints only issue 34's table instead: lossless vs greedy wall-clock speed on held-out code (where
 drafts fail), each prompt alone and `--batch` prompts in one left-padded call, on the embedded checkpoint and,
 with `--smollm2`, SmolLM2-135M base and the shipped `smollm2-wedlm` (goals: >= 1.0x embedded and `smollm2-wedlm`,
->= 0.97x SmolLM2 base); lossless tokens per forward on counting (goal: >= 9.5); and what a failed try of the
-adaptive schedule costs each model in AR forwards (`draft_schedule.TRY_COST` declares the CPU's). WeDLM decodes in inference mode, greedy `generate()` under `no_grad`, as each runs for
+>= 0.97x SmolLM2 base); lossless tokens per forward on counting (goal: >= 9.5); how many of lossless mode's
+forwards after the first are wider than greedy's, per 100 tokens of held-out code (the hardware-free count of its
+tries); and what a failed try of the adaptive schedule costs each model in AR forwards (`draft_schedule.TRY_COST`
+declares the CPU's). WeDLM decodes in inference mode, greedy `generate()` under `no_grad`, as each runs for
 its users; `--inference-mode` runs both in inference mode (as `wedlm-hf bench` times its arms), leaving the cost of
 the decoding alone.
 
@@ -173,6 +175,24 @@ def try_cost(model, repeats: int, past: int = 200) -> float:
     return 2 * (statistics.median(ratios) - 1)
 
 
+def wider_forwards(model, prompts: list[torch.Tensor], new_tokens: int, **options) -> float:
+    """Per 100 generated tokens, the forwards after each decode's first that feed more than one column (greedy feeds
+    one): the hardware-free count of what tries cost where drafts fail."""
+    widths = []
+    hook = model.register_forward_pre_hook(
+        lambda m, a, k: widths.append(k["input_ids"].shape[1]), with_kwargs=True
+    )
+    try:
+        wider = 0
+        for prompt in prompts:
+            widths.clear()
+            generate(model, prompt, new_tokens, **options)
+            wider += sum(width > 1 for width in widths[1:])
+    finally:
+        hook.remove()
+    return 100 * wider / (new_tokens * len(prompts))
+
+
 def never_slower(args: argparse.Namespace) -> None:
     """Issue 34: lossless vs greedy wall-clock where drafts fail (held-out code), each prompt alone and `--batch`
     prompts left-padded in one call, on the embedded checkpoint and (`--smollm2`) SmolLM2-135M base and the shipped
@@ -206,7 +226,11 @@ def never_slower(args: argparse.Namespace) -> None:
         print(f"| {name} | {ratio:.3f}x |")
     print(f"| embedded checkpoint, counting: lossless tokens per forward | {statistics.mean(per_forward):.2f} |")
     with torch.inference_mode():
-        for name, (model, _) in models.items():
+        for name, (model, tokenizer) in models.items():
+            alone = [torch.tensor([tokenizer(text)["input_ids"]]) for text in code_prompts(args.prompts)]
+            wider = wider_forwards(model, alone, n, **lossless)
+            print(f"| {name}, held-out code: lossless forwards wider than greedy's after the first, per 100 tokens "
+                  f"| {wider:.2f} |")
             print(f"| {name}: a failed try's cost, in AR forwards (model forwards alone) | {try_cost(model, args.repeats):.2f} |")
 
 
