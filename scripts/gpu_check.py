@@ -4,6 +4,8 @@ On a randomly initialised Qwen3-8B-shaped model in bf16, built on the GPU (no do
 
 1. window forward: a W=16 window forward vs a 1-token forward after a cached 1k / 4k context, sdpa and
    flash_attention_2 when `flash_attn` imports (`gpu_window_cost.window_costs`).
+   try cost: what a failed try of lossless mode's adaptive schedule costs in AR forwards, 2 x (W=3 / AR - 1),
+   against the value `draft_schedule.ACCELERATOR_TRY_COST` declares for accelerators.
 2. decode, eager: whole greedy decodes of `--new-tokens` after a `--context`-token prompt. AR is transformers'
    `generate`; WeDLM runs with a *scripted acceptance*: a forward hook keeps the model's real forward (its cost)
    but replaces the logits so that exactly the first k mask slots of each window are confident (one-hot on a token
@@ -36,13 +38,15 @@ from transformers import CompileConfig
 
 import gpu_window_cost
 import wedlm_hf
+from wedlm_hf.generation.draft_schedule import ACCELERATOR_TRY_COST
 
 HEADER = (
     "| check | arm | setting | ms per forward | tokens per forward | tokens/s | vs ar | host syncs per forward |\n"
     "|---|---|---|---|---|---|---|---|"
 )
 LEGEND = (
-    "vs ar: for a window forward, its cost over a 1-token forward (lower is better); for a decode, tokens/s over "
+    "vs ar: for a window forward, its cost over a 1-token forward (lower is better); for the try cost, a failed "
+    "try's cost in AR forwards; for a decode, tokens/s over "
     "the AR decode of the same section (higher is better). ms per forward: a whole decode's time (prefill "
     "included) over its forwards."
 )
@@ -251,6 +255,14 @@ def main() -> None:
             report.add("window forward", f"{r['attention']} ar 1-token", setting, r["ar_ms"])
             report.add("window forward", f"{r['attention']} W=16 window", setting, r["window_ms"], ratio=r["ratio"])
 
+    def try_cost():
+        """What a failed try of lossless mode's adaptive schedule costs here, in AR forwards: its two forwards of
+        three columns against two of one (`draft_schedule.ACCELERATOR_TRY_COST` declares it for accelerators)."""
+        for r in gpu_window_cost.window_costs(model, contexts[:1], 3, 1 if smoke else 5, 2 if smoke else 30):
+            setting = f"context {r['context']}, declared {ACCELERATOR_TRY_COST}"
+            report.add("try cost", f"{r['attention']} 2 x (W=3 / AR - 1)", setting, r["window_ms"],
+                       ratio=2 * (r["ratio"] - 1))
+
     generator = torch.Generator().manual_seed(0)
     prompt = torch.randint(3, model.config.vocab_size - 1, (1, context), generator=generator).to(model.device)
     wedlm = {"decoding": "wedlm", "mask_token_id": model.config.vocab_size - 1}
@@ -276,6 +288,7 @@ def main() -> None:
 
     with torch.inference_mode():
         report.guarded("window forward", window_forwards)
+        report.guarded("try cost", try_cost)
         report.guarded("decode, eager sdpa", eager_decodes)
         if not args.skip_compile:
             report.guarded("decode, compiled", compiled_decodes)
