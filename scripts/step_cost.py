@@ -231,7 +231,8 @@ def never_slower(args: argparse.Namespace) -> None:
             wider = wider_forwards(model, alone, n, **lossless)
             print(f"| {name}, held-out code: lossless forwards wider than greedy's after the first, per 100 tokens "
                   f"| {wider:.2f} |")
-            print(f"| {name}: a failed try's cost, in AR forwards (model forwards alone) | {try_cost(model, args.repeats):.2f} |")
+            cost = try_cost(model, args.repeats)
+            print(f"| {name}: a failed try's cost, in AR forwards (model forwards alone) | {cost:.2f} |")
 
 
 def main() -> None:

@@ -168,7 +168,9 @@ def test_reordered_forward_with_mask_equals_cached(attn):
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
-@pytest.mark.parametrize("options", [{}, {"wedlm_lossless": True, "wedlm_draft_schedule": "full"}, {"wedlm_static": True}])
+@pytest.mark.parametrize(
+    "options", [{}, {"wedlm_lossless": True, "wedlm_draft_schedule": "full"}, {"wedlm_static": True}]
+)
 def test_decoding_forwards_never_reach_the_packed_sequence_check(monkeypatch, attn, options):
     """The pitfall is real (transformers splits a reordered window fed without mask or cache, see
     test_modeling_conformance.py); WeDLM decoding never feeds one, so the model classes can keep packing."""
