@@ -60,13 +60,14 @@ class DraftSchedule(PerRow):
 
     @classmethod
     def starting(cls, generated: torch.Tensor, window_size: int, trained: bool) -> "DraftSchedule":
-        most, none = max(window_size - 2, 0), torch.zeros_like(generated)
+        most = max(window_size - 2, 0)
         schedule = cls(
             draft_limit=torch.full_like(generated, most if trained else 0),
-            probe_wait=torch.full_like(generated, FIRST_AR_RUN), try_at=none, probes=none, most=most,
+            probe_wait=torch.full_like(generated, FIRST_AR_RUN), try_at=generated + FIRST_AR_RUN,
+            probes=torch.zeros_like(generated), most=most,
             tokens_per_try=round(TRY_COST.get(generated.device.type, ACCELERATOR_TRY_COST) / LOSS_BOUND),
         )
-        schedule.try_at = torch.maximum(generated + FIRST_AR_RUN, schedule.rationed(none))
+        schedule.try_at = torch.maximum(schedule.try_at, schedule.rationed(torch.zeros_like(generated)))
         return schedule
 
     def first_window(self, entropy: torch.Tensor, threshold: float | None, rows: torch.Tensor) -> None:
