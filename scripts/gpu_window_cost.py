@@ -72,6 +72,13 @@ def forward_cost(model, context: int, query: int, warmup: int, repeats: int) -> 
     return statistics.median(samples)
 
 
+def try_cost(model, context: int, warmup: int, repeats: int) -> float:
+    """What a failed try of lossless mode's adaptive schedule costs in AR forwards (`draft_schedule.TRY_COST`): its
+    two forwards of three columns against two of one, after a cached `context`."""
+    three, one = (forward_cost(model, context, width, warmup, repeats) for width in (3, 1))
+    return 2 * (three / one - 1)
+
+
 def build_model(smoke: bool, layers: int | None = None) -> Qwen3ForCausalLM:
     """A random Qwen3-8B-shaped model in bf16 on the GPU, or (`smoke`) a tiny fp32 one on the CPU."""
     device = torch.device("cpu" if smoke else "cuda")

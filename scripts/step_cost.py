@@ -50,6 +50,8 @@ from wedlm_hf.bench.models import load_model
 from wedlm_hf.bench.prompts import code_prompts, counting_prompts
 from wedlm_hf.bench.syncs import Patcher, SyncCounter
 
+from gpu_window_cost import try_cost
+
 
 def generate(model, prompt: torch.Tensor, new_tokens: int, attention_mask: torch.Tensor | None = None, **options):
     return model.generate(
@@ -158,23 +160,6 @@ def load_smollm2():
     return model, tokenizer
 
 
-def try_cost(model, repeats: int, past: int = 200) -> float:
-    """What a failed try of the adaptive schedule costs in AR forwards (`draft_schedule.TRY_COST`): its two forwards
-    of three columns against two of one, model forwards alone after a `past`-token prefix, medians of `repeats`."""
-    vocab, cache = model.config.vocab_size, DynamicCache()
-    model(input_ids=torch.randint(3, vocab - 1, (1, past)), cache=cache, use_cache=True)
-
-    def seconds(width: int) -> float:
-        ids, positions = torch.randint(3, vocab - 1, (1, width)), torch.arange(past, past + width)[None]
-        start = time.perf_counter()
-        model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=width)
-        cache.crop(-width)
-        return time.perf_counter() - start
-
-    ratios = [seconds(3) / seconds(1) for _ in range(4 * repeats + 2)][2:]  # (the first two warm up)
-    return 2 * (statistics.median(ratios) - 1)
-
-
 def wider_forwards(model, prompts: list[torch.Tensor], new_tokens: int, **options) -> float:
     """Per 100 generated tokens, the forwards after each decode's first that feed more than one column (greedy feeds
     one): the hardware-free count of what tries cost where drafts fail."""
@@ -231,7 +216,7 @@ def never_slower(args: argparse.Namespace) -> None:
             wider = wider_forwards(model, alone, n, **lossless)
             print(f"| {name}, held-out code: lossless forwards wider than greedy's after the first, per 100 tokens "
                   f"| {wider:.2f} |")
-            cost = try_cost(model, args.repeats)
+            cost = try_cost(model, context=200, warmup=2, repeats=4 * args.repeats)
             print(f"| {name}: a failed try's cost, in AR forwards (model forwards alone) | {cost:.2f} |")
 
 
