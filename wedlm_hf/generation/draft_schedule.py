@@ -31,8 +31,9 @@ LOSS_BOUND = 0.01
 TRY_COST = {"cpu": 2.0}
 """What a failed try costs, in AR forwards, per device type: its two forwards of three columns against two of one.
 On a CPU a forward of a few columns costs far more than one of a single column (matrix-matrix products against
-matrix-vector ones): about 1 for the embedded checkpoint and 2 for SmolLM2-135M (0.8-1.05 and 1.9-2.2 across runs
-on a 2-vCPU AMD EPYC, `scripts/step_cost.py --never-slower --smollm2`, 2026-12-05); the larger is declared. Elsewhere
+matrix-vector ones): about 1 for the embedded checkpoint and 2 for SmolLM2-135M (0.8-1.25 and 1.9-2.25 across runs
+on a 2-vCPU AMD EPYC, `scripts/step_cost.py --never-slower --smollm2`, 2026-12-05); about the larger is declared.
+Elsewhere
 (`ACCELERATOR_TRY_COST`) a forward of a few columns costs about what one of a single column does."""
 ACCELERATOR_TRY_COST = 0.1
 """A try's cost on a GPU or other accelerator, declared, not measured: about the wider window's extra step work."""
