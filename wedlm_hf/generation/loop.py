@@ -87,7 +87,7 @@ def feed(
     if fed == 1:  # one column per row (AR-only steps): every row's slot 0, already in feed order
         physical = layout.slots.expand(plan.length.shape[0], -1)
         fed_live = plan.length[:, None] > 0
-        mask_slots = (fed_live & ~plan.filled[:, :1])[:, 1 - mask_columns :]
+        mask_slots = (fed_live & ~plan.filled[:, :1])[:, 1 - mask_columns :] if mask_columns else fed_live[:, :0]
         input_ids, position_ids = state.window[:, :1], (state.first_position + plan.start)[:, None]
     else:
         order, live = feed_order(plan.filled, layout, plan.length)
@@ -114,7 +114,7 @@ def feed(
     state.processed = state.processed + plan.length
     return Forward(
         logits=logits[:, logits.shape[1] - keep :],
-        physical=physical - (fed - keep),
+        physical=physical - (fed - keep) if fed > keep else physical,
         prompt_logits=logits[:, 0] if with_prompt else None,
         fed=fed,
         mask_columns=mask_columns,

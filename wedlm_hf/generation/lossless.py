@@ -71,6 +71,9 @@ class LosslessPolicy:
         first `window_size` slots), allocated at the first forward."""
         self.started = False
         """Whether the first forward ran: it has no certain token yet, only the prompt's AR prediction."""
+        self.certain_only = False
+        """Whether every window holds its certain token alone, the rest masks (an AR-only forward without prompt
+        lookup leaves them so): the next plan then knows its windows without reading them."""
         self._limit_window(state)
 
     def plan(self, state: WindowState) -> StepPlan:
@@ -83,19 +86,24 @@ class LosslessPolicy:
             return StepPlan(length, state.generated, filled, leading, all_columns=self.lookup is not None,
                             **plan_fields(self.branch))
         # 1. the certain token is committed now; its K/V come from the forward below
-        filled, leading = leading_filled(state, self.layout)
-        start = state.generated
-        state.done |= self.record.commit_first(state)
         # 2. one forward: next-token logits at the certain token and at every leading draft, plus as many extra
         #    mask slots as there are drafts, so that if all are accepted the next window is already predicted
-        length = torch.minimum(state.length + (leading - 1), state.max_new_tokens - start)
-        self.mask_rows = torch.where(self.drafts.mask_predicted, state.rows, -1)  # read only if the check fails
+        start = state.generated
+        if self.certain_only:  # every window is its certain token, then masks: nothing to scan, no draft to add
+            filled, leading = self.layout.slots.eq(0).expand_as(state.window), torch.ones_like(start)
+            length = state.length  # (set within each row's budget by the last update)
+        else:
+            filled, leading = leading_filled(state, self.layout)
+            length = torch.minimum(state.length + (leading - 1), state.max_new_tokens - start)
+        state.done |= self.record.commit_first(state)
+        self.mask_check = (self.drafts.mask_predicted, state.rows)  # (which rows, read only if the check fails)
         checks = (self.drafts.mask_predicted.any(),)
         return StepPlan(length, start, filled, leading, all_columns=True, checks=checks, **plan_fields(self.branch))
 
     def checked(self, values: list[int]) -> None:
         if values and values[0]:
-            raise MaskTokenPredicted([row for row in self.mask_rows.tolist() if row >= 0])
+            predicted, rows = self.mask_check
+            raise MaskTokenPredicted(rows[predicted].tolist())
 
     def update(self, state: WindowState, plan: StepPlan, forward: Forward) -> Kept:
         """Verify, commit and draft from this forward; returns the K/V per row the cache keeps."""
@@ -103,6 +111,7 @@ class LosslessPolicy:
             return self._first_update(state, plan, forward)
         if forward.fed == 1 and not state.scores.kinds and forward.branch_logits is None:
             return self._ar_only_update(state, plan, forward)
+        self.certain_only = False
         window_size, drafts, logits, fed = self.layout.window_size, plan.leading - 1, forward.logits, forward.fed
         slots, verifier = self.layout.slots, self.verifier
         ar_columns = forward.physical[:, :window_size].clamp(max=fed - 1)  # the certain token's and each draft's
@@ -213,9 +222,11 @@ class LosslessPolicy:
         else:
             next_certain = forward.logits[:, 0].argmax(-1)
         self._place_certain(state, next_certain, None, None)
-        if self.adaptive:
-            self.schedule.probe(self.schedule.draft_limit, state.generated)
-        state.length = self._window_length(state)  # at least 1: a row with no budget left ended at the commit
+        if self.adaptive:  # (a row's budget is at least 1: one with none left ended at the commit)
+            state.length = self.schedule.after_ar_forward(state.generated, state.max_new_tokens - state.generated)
+        else:
+            state.length = self._window_length(state)
+        self.certain_only = self.lookup is None  # (prompt lookup may draft after the certain token now)
         self._draft_from_context(state)
         return Kept(one)
 
@@ -293,7 +304,7 @@ class LosslessPolicy:
         branch = [] if self.branch is None else [(self.branch, self.branch.joined(other.branch))]
         return [
             (self.drafts, self.drafts.joined(other.drafts)), (self.schedule, self.schedule.joined(other.schedule)),
-            *branch, (self, {"draft_probs": draft_probs, "started": True}),
+            *branch, (self, {"draft_probs": draft_probs, "started": True, "certain_only": False}),
         ]
 
     def counters(self) -> dict[str, torch.Tensor]:

@@ -112,7 +112,8 @@ class OutputRecord:
             finished |= is_eos
             reason = torch.where(is_eos, ENDED_BY.index(EOS), reason)
         finished &= running
-        self._finish_rows(state, finished, reason)
+        # a running row's finish is 0 (finish and done are set together): adding the reason records it
+        self.finish.index_put_((state.rows,), finished * reason, accumulate=True)
         position, rows = state.generated.masked_fill(state.done, self.discard), state.rows
         self.new_tokens[rows, position] = token
         self.fill_step[rows, position] = state.fill_step[:, 0]
