@@ -5,7 +5,7 @@ import torch
 from tiny_models import MASK_ID, random_prompts, tiny_model
 
 import wedlm_hf
-from wedlm_hf.generation.draft_schedule import FIRST_AR_RUN, LOSS_BOUND, TRY_COST
+from wedlm_hf.generation.draft_schedule import FIRST_AR_RUN, LOSS_BOUND, TRY_COST, DraftSchedule
 
 TOKENS_PER_TRY = round(TRY_COST["cpu"] / LOSS_BOUND)  # (as `DraftSchedule.tokens_per_try`)
 """Where drafts never pass, the AR tokens a row on the CPU decodes per try (the first comes after as many)."""
@@ -112,6 +112,19 @@ def test_failing_drafts_are_tried_at_the_rationed_rate():
     for drafted, accepted, generated in zip(stats.drafted, stats.accepted, stats.generated):
         assert accepted == 0  # the premise: a random model's drafts fail
         assert 1 <= drafted <= generated // TOKENS_PER_TRY
+
+
+def test_the_draft_limit_follows_acceptance():
+    """After a rejection before half its limit a row checks twice the drafts that passed (none passed: AR, its next
+    try rationed); after a later rejection it keeps its limit; after a forward that passes every draft, double
+    plus one."""
+    generated = torch.full((4,), 10)
+    schedule = DraftSchedule.starting(generated, window_size=16, trained=True)
+    schedule.draft_limit = torch.tensor([8, 8, 8, 3])
+    drafts, accepted = torch.tensor([8, 8, 8, 3]), torch.tensor([2, 0, 5, 3])
+    schedule.adapt(drafts, accepted, accepted < drafts, generated, accepted)
+    assert schedule.draft_limit.tolist() == [4, 0, 8, 7]
+    assert schedule.probes.tolist() == [0, 0, 0, 0]
 
 
 def test_a_trained_model_checks_only_its_confident_first_drafts():

@@ -42,18 +42,21 @@ class SlotFiller:
         slot_physical: torch.Tensor,
         fillable: torch.Tensor,
         draft_probs: torch.Tensor | None = None,
-    ) -> None:
+    ) -> torch.Tensor | None:
         """Fill the confident slots among the live, `fillable` ones of the first `window_size` slots; with sampling,
-        `draft_probs` (rows, slots, vocab) receives the distribution each filled slot was drawn from.
+        `draft_probs` (rows, slots, vocab) receives the distribution each filled slot was drawn from. Returns the
+        (rows, window_size) entropy of each slot's prediction it chose by (None where it needed none), for callers
+        that weigh the predictions too.
 
         Entropy and the greedy argmax run once per logits column, dense; the slots then gather them. The
         forward's logits are this step's own: the mask column is cleared in place (the mask id is never a
         prediction, it would fill nothing) once the entropy, which includes it, is taken."""
         if logits.shape[1] == 0:  # every fed slot was filled: nothing to predict
-            return
+            return None
         window_size, scores = self.layout.window_size, state.scores
         candidates = fillable & (self.layout.slots[:, :window_size] < state.length[:, None])
         columns = slot_physical.clamp(0, logits.shape[1] - 1)
+        entropy = None
         if window_size == 1:  # one candidate at most: `choose_slots` would pick it whatever its entropy
             chosen = candidates
         else:
@@ -75,6 +78,7 @@ class SlotFiller:
         window.copy_(torch.where(chosen, tokens, window))
         state.fill_step[:, :window_size].masked_fill_(chosen, self.record.steps)
         scores.fill(chosen, scores=slot_scores, logits=slot_logits)
+        return entropy
 
     def _choose_processed(
         self,

@@ -27,7 +27,6 @@ from .draft_schedule import DraftSchedule
 from .draft_state import DraftState, MaskTokenPredicted
 from .fill import SlotFiller, gather_columns
 from .record import OutputRecord
-from .selection import slot_entropy
 from .lookup import PromptLookup
 from .tree import Branch, plan_fields, verify as verify_tree
 from .verify import Verifier, greedy_accept
@@ -170,11 +169,11 @@ class LosslessPolicy:
         slot_physical, corrected = self._commit_verified(
             state, plan, forward, 0, drafts, accepted, accepted, next_certain, raw, scores, commit=size > 0
         )
-        self.filler.fill(state, logits, slot_physical, self._fillable(state) & ~corrected[:, None], self.draft_probs)
+        fillable = self._fillable(state) & ~corrected[:, None]
+        entropy = self.filler.fill(state, logits, slot_physical, fillable, self.draft_probs)
         greedy = self._greedy_rows(state)  # (sampled drafts pass by p/q: no cut for those)
-        if self.adaptive and self.trained and greedy is not None:
-            entropy = slot_entropy(gather_columns(logits, slot_physical[:, 1:].clamp(0, logits.shape[1] - 1)))
-            self.schedule.first_window(entropy, self.filler.settings.entropy_threshold, greedy & ~corrected)
+        if self.adaptive and self.trained and greedy is not None and entropy is not None:
+            self.schedule.first_window(entropy[:, 1:], self.filler.settings.entropy_threshold, greedy & ~corrected)
         self._limit_window(state)
         self._draft_from_context(state)
         return Kept(accepted)
