@@ -48,19 +48,13 @@ class LosslessPolicy:
         self, layout: WindowLayout, record: OutputRecord, filler: SlotFiller, state: WindowState, adaptive: bool,
         verifier: Verifier, lookup: PromptLookup | None = None, trained: bool = True, tree: bool = False,
     ):
-        self.layout = layout
-        self.record = record
-        self.filler = filler
-        self.adaptive = adaptive
-        self.verifier = verifier
-        self.lookup = lookup
-        length = state.length
+        self.layout, self.record, self.filler, self.adaptive = layout, record, filler, adaptive
+        self.verifier, self.lookup, self.trained, length = verifier, lookup, trained, state.length
         self.drafts = DraftState(
             drafted=torch.zeros_like(length), accepted=torch.zeros_like(length), corrected=torch.zeros_like(length),
             mask_predicted=torch.zeros_like(state.done), from_lookup=torch.zeros_like(state.done),
             lookup_ok=torch.ones_like(state.done),
         )
-        self.trained = trained
         self.branch = Branch.empty(length, lookup.matches, lookup.slots(layout)) if tree and lookup else None
         """With trees: each row's lookup branches (`PromptLookup.matches` of them), verified beside its window."""
         self.schedule = DraftSchedule.starting(state.generated, layout.window_size, trained)
@@ -71,8 +65,7 @@ class LosslessPolicy:
         self.started = False
         """Whether the first forward ran: it has no certain token yet, only the prompt's AR prediction."""
         self.certain_only = False
-        """Whether every window holds its certain token alone, the rest masks (an AR-only forward without prompt
-        lookup leaves them so): the next plan then knows its windows without reading them."""
+        """Whether every window is its certain token then masks (as an AR-only forward leaves it without lookup)."""
         self._limit_window(state)
 
     def plan(self, state: WindowState) -> StepPlan:
@@ -84,9 +77,9 @@ class LosslessPolicy:
             length = torch.minimum(state.length + leading, state.max_new_tokens - state.generated)
             return StepPlan(length, state.generated, filled, leading, all_columns=self.lookup is not None,
                             **plan_fields(self.branch))
-        # 1. the certain token is committed now; its K/V come from the forward below
-        # 2. one forward: next-token logits at the certain token and at every leading draft, plus as many extra
-        #    mask slots as there are drafts, so that if all are accepted the next window is already predicted
+        # 1. the certain token is committed now (its K/V come from the forward below); 2. one forward: next-token
+        #    logits at the certain token and at every leading draft, plus as many extra mask slots as there are
+        #    drafts, so that if all are accepted the next window is already predicted
         start = state.generated
         if self.certain_only:  # every window is its certain token, then masks: nothing to scan, no draft to add
             filled, leading = self.layout.slots.eq(0).expand_as(state.window), torch.ones_like(start)
@@ -171,7 +164,7 @@ class LosslessPolicy:
         )
         fillable = self._fillable(state) & ~corrected[:, None]
         entropy = self.filler.fill(state, logits, slot_physical, fillable, self.draft_probs)
-        greedy = self._greedy_rows(state)  # (sampled drafts pass by p/q: no cut for those)
+        greedy = self.verifier.greedy_rows(state)  # (sampled drafts pass by p/q: no cut for those)
         if self.adaptive and self.trained and greedy is not None and entropy is not None:
             self.schedule.first_window(entropy[:, 1:], self.filler.settings.entropy_threshold, greedy & ~corrected)
         self._limit_window(state)
@@ -211,9 +204,9 @@ class LosslessPolicy:
 
     def _ar_only_update(self, state: WindowState, plan: StepPlan, forward: Forward) -> Kept:
         """`update` after a forward of one column per row (every window is the certain token alone): its chosen
-        token is the next certain token, written over slot 0 in place (the slots after it hold masks, whose draft
-        distributions are never read), and there is nothing to verify, count, fill or shift. Same result as the
-        general path in far fewer ops: most lossless forwards are of this kind where drafts fail."""
+        token is the next certain token, written over slot 0 (the slots after it hold masks, whose draft
+        distributions are never read); nothing to verify, count, fill or shift. The general path's result in far
+        fewer ops: most lossless forwards are of this kind where drafts fail."""
         one = torch.ones_like(plan.length)
         if self.verifier.needs_scores:
             scores = self.verifier.scores(state, forward.logits[:, :1], one)
@@ -221,30 +214,19 @@ class LosslessPolicy:
         else:
             next_certain = forward.logits[:, 0].argmax(-1)
         self._place_certain(state, next_certain, None, None)
-        if self.adaptive:  # (a row's budget is at least 1: one with none left ended at the commit)
-            state.length = self.schedule.after_ar_forward(state.generated, state.max_new_tokens - state.generated)
-        else:
-            state.length = self._window_length(state)
+        state.length = self._window_length(state, ar_only=True)
         self.certain_only = self.lookup is None  # (prompt lookup may draft after the certain token now)
         self._draft_from_context(state)
         return Kept(one)
 
-    def _greedy_rows(self, state: WindowState) -> torch.Tensor | None:
-        """Which running rows decode greedily (per row where rows have their own sampling), or None for none."""
-        sampling = self.record.sampling
-        if sampling is not None and sampling.of_requests:
-            return ~sampling.sample[state.rows]
-        return None if self.verifier.do_sample else torch.ones_like(state.done)
-
     def _draft_from_context(self, state: WindowState) -> None:
         """Prompt lookup drafts the slots after the certain token in rows whose mask predictions drafted nothing
-        there and whose mask drafts are off: adaptive, rows at zero drafts (a row whose limit was only cut, by the
-        first window's confidence or a partial acceptance, keeps its mask drafts: on the embedded checkpoint's
-        counting prompts lookup there cost 10.0 -> 7.2 tokens per forward); `"full"`, unless the row's last lookup
-        drafts all failed (the two sources then take turns). A failed lookup draft would cost a row whose mask drafts
-        pass the forward predicting its next ones. With trees, every row's lookup drafts become its branch instead
-        (unless its sampling has penalties, whose scores a branch would need along its own prefix): a failed branch
-        costs its columns, not the window's predictions."""
+        there and whose mask drafts are off: adaptive, rows at zero drafts (a row whose limit was only cut keeps its
+        mask drafts: on the embedded checkpoint's counting prompts lookup there cost 10.0 -> 7.2 tokens per
+        forward); `"full"`, unless the row's last lookup drafts all failed (the sources then take turns): a failed
+        lookup draft costs a row whose mask drafts pass the forward predicting its next ones. With trees, every
+        row's lookup drafts become its branch instead (not under penalties, whose scores a branch would need along
+        its own prefix): a failed branch costs its columns, not the window's predictions."""
         if self.lookup is None:
             return
         rows = self.drafts
@@ -275,11 +257,15 @@ class LosslessPolicy:
         if logits is not None and state.scores.kinds:
             state.scores.place(slice(0, 1), logits, scores)
 
-    def _window_length(self, state: WindowState) -> torch.Tensor:
+    def _window_length(self, state: WindowState, ar_only: bool = False) -> torch.Tensor:
+        """Each row's next window (`ar_only`: after a forward of one column per row, every running row at zero
+        drafts); at least 1 slot in a running row, as one with no budget left ended at its commit."""
         budget = state.max_new_tokens - state.generated
-        if self.adaptive:
-            return self.schedule.window_length(budget, self.layout.window_size)
-        return budget.clamp(max=self.layout.window_size)
+        if not self.adaptive:
+            return budget.clamp(max=self.layout.window_size)
+        if ar_only:
+            return self.schedule.after_ar_forward(state.generated, budget)
+        return self.schedule.window_length(budget, self.layout.window_size)
 
     def _limit_window(self, state: WindowState) -> None:
         """Each row's window cut to `_window_length`: slots past it return to MASK."""

@@ -58,6 +58,13 @@ class Verifier:
         seen = sampling.seen(record, state, scores.shape[-1], drafts)
         return sampling.processed(scores, state.rows, seen)
 
+    def greedy_rows(self, state: WindowState) -> torch.Tensor | None:
+        """Which running rows decode greedily (per row where rows have their own sampling), or None for none."""
+        sampling = self.record.sampling
+        if sampling is not None and sampling.of_requests:
+            return ~sampling.sample[state.rows]
+        return None if self.do_sample else torch.ones_like(state.done)
+
     def prefill(
         self, state: WindowState, logits: torch.Tensor, drafts: torch.Tensor, count: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
