@@ -36,8 +36,7 @@ TRY_COST = {"cpu": 2.0}
 On a CPU a forward of a few columns costs far more than one of a single column (matrix-matrix products against
 matrix-vector ones): about 1 for the embedded checkpoint and 2 for SmolLM2-135M (0.8-1.25 and 1.9-2.25 across runs
 on a 2-vCPU AMD EPYC, `scripts/step_cost.py --never-slower --smollm2`, 2026-12-05); about the larger is declared.
-Elsewhere
-(`ACCELERATOR_TRY_COST`) a forward of a few columns costs about what one of a single column does."""
+Elsewhere (`ACCELERATOR_TRY_COST`) a forward of a few columns costs about what one of a single column does."""
 ACCELERATOR_TRY_COST = 0.1
 """A try's cost on a GPU or other accelerator, declared, not measured: about the wider window's extra step work."""
 CONFIDENT_ENTROPY = 1.0
@@ -107,14 +106,6 @@ class DraftSchedule(PerRow):
         probe = (limit == 0) & (generated >= self.try_at)
         self.probes = self.probes + probe
         self.draft_limit = limit.masked_fill(probe, min(1, self.most))
-
-    def after_ar_forward(self, generated: torch.Tensor, budget: torch.Tensor) -> torch.Tensor:
-        """`probe` and `window_length` after a forward of one column per row, in fewer ops: every running row was at
-        zero drafts (one with drafts feeds two slots or more, or had no budget left and ended)."""
-        probe = generated >= self.try_at
-        self.probes = self.probes + probe
-        self.draft_limit = probe.long() if self.most else torch.zeros_like(generated)
-        return torch.minimum(2 * self.draft_limit + 1, budget)
 
     def window_length(self, budget: torch.Tensor, window_size: int) -> torch.Tensor:
         """Window per row: `draft_limit + 2` slots (1 at zero drafts), at most `window_size`, within `budget`."""

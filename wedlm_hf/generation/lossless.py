@@ -214,7 +214,9 @@ class LosslessPolicy:
         else:
             next_certain = forward.logits[:, 0].argmax(-1)
         self._place_certain(state, next_certain, None, None)
-        state.length = self._window_length(state, ar_only=True)
+        if self.adaptive:
+            self.schedule.probe(self.schedule.draft_limit, state.generated)
+        state.length = self._window_length(state)  # at least 1: a row with no budget left ended at the commit
         self.certain_only = self.lookup is None  # (prompt lookup may draft after the certain token now)
         self._draft_from_context(state)
         return Kept(one)
@@ -257,15 +259,11 @@ class LosslessPolicy:
         if logits is not None and state.scores.kinds:
             state.scores.place(slice(0, 1), logits, scores)
 
-    def _window_length(self, state: WindowState, ar_only: bool = False) -> torch.Tensor:
-        """Each row's next window (`ar_only`: after a forward of one column per row, every running row at zero
-        drafts); at least 1 slot in a running row, as one with no budget left ended at its commit."""
+    def _window_length(self, state: WindowState) -> torch.Tensor:
         budget = state.max_new_tokens - state.generated
-        if not self.adaptive:
-            return budget.clamp(max=self.layout.window_size)
-        if ar_only:
-            return self.schedule.after_ar_forward(state.generated, budget)
-        return self.schedule.window_length(budget, self.layout.window_size)
+        if self.adaptive:
+            return self.schedule.window_length(budget, self.layout.window_size)
+        return budget.clamp(max=self.layout.window_size)
 
     def _limit_window(self, state: WindowState) -> None:
         """Each row's window cut to `_window_length`: slots past it return to MASK."""
