@@ -148,7 +148,7 @@ def test_recursive_rejection_at_a_branch_node_draws_the_models_distribution(seco
     )
     firsts, seconds = [2, second_first], [0, 1]  # each branch: its first token, then the one it proposes after it
     tokens = torch.tensor([[firsts[0], seconds[0]], [firsts[1], seconds[1]]]).expand(draws, -1, -1)
-    branch = Branch(tokens, torch.ones(draws, 2, dtype=torch.long), torch.full((draws, 2), 2))
+    branch = Branch(tokens, torch.ones(draws, 2, dtype=torch.long), torch.full((draws, 2), 2), torch.full((draws, 2), 2), 2)
     probs = torch.stack([torch.stack([after[first], p]) for first in firsts]).expand(draws, -1, -1, -1)
     uniform = torch.rand(draws, 2, 2, generator=generator)
     in_branch = torch.ones(draws, 2, 2, dtype=torch.bool)
@@ -212,7 +212,7 @@ def test_a_rows_branch_draws_do_not_depend_on_the_batchs_widest_branch():
         tokens = torch.tensor([[[1, 2, 3, 4], [2, 3, 4, 5]]]).repeat(count, 1, 1)
         branch_count = torch.tensor([[1, 2]]).repeat(count, 1)
         branch_count[rows:] = 4  # the wide row: 8 branch columns instead of 3
-        branch = Branch(tokens, torch.ones(count, 2, dtype=torch.long), branch_count)
+        branch = Branch(tokens, torch.ones(count, 2, dtype=torch.long), branch_count, torch.full((count, 2), 4), 4)
         width = int(branch_count.sum(1).max())
         drafts, none = torch.zeros(count, 3, dtype=torch.long), torch.zeros(count, dtype=torch.long)
         verifier = Verifier(LogitsProcessorList(), record, do_sample=True)
@@ -239,3 +239,23 @@ def test_a_branch_is_dropped_only_where_an_earlier_one_holds_it_whole():
     assert branch.depth.tolist() == [[2, 2, 2, 1, 2, 2]]  # (the window's slot 1 holds each one's 5 already)
     assert branch.tokens[0, :, :3].tolist() == [[1, 2, 3], [1, 2, 9], [1, 2, 0], [1, 2, 0], [1, 2, 3], [4, 0, 0]]
     assert branch.count.tolist() == [[3, 3, 0, 2, 0, 1]]
+
+
+def test_a_later_branch_is_fed_as_far_as_its_rank_passes():
+    """`Branch.adapt` on a CPU: the first branch (the latest match) is always fed whole; a later rank's limit
+    becomes twice the tokens of its branch that passed (at least `SHORTEST_SECOND_BRANCH`, 3) after a failure,
+    double plus one after its branch passed whole, and stays where the rank fed nothing; `propose` then cuts that
+    rank's branches to it. On an accelerator every branch stays whole."""
+    mask, size = 99, 10
+    window = torch.full((4, 12), mask)
+    branch = Branch.empty(window, 2, size)
+    branch.count = torch.tensor([[10, 10], [10, 10], [10, 0], [10, 3]])
+    branch.limit = torch.tensor([[10, 10], [10, 10], [10, 10], [10, 3]])
+    took, best = torch.tensor([True, True, False, True]), torch.tensor([1, 0, 0, 1])
+    branch.adapt(best, took, passed=torch.tensor([4, 10, 0, 3]))
+    assert branch.shortest == tree.SHORTEST_SECOND_BRANCH["cpu"] == 3
+    assert branch.limit.tolist() == [[10, 8], [10, 3], [10, 10], [10, 7]]
+    continuations = torch.stack([torch.arange(size), torch.arange(size) + 20])[None].expand(4, -1, -1)
+    branch.propose(window, mask, continuations, torch.full((4, 2), size), torch.full((4,), 12))
+    assert branch.count.tolist() == [[10, 8], [10, 3], [10, 10], [10, 7]]
+    assert Branch.empty(window.to("meta"), 2, size).shortest == size

@@ -44,7 +44,7 @@ class PromptLookup:
 
     def continuation(
         self, record: OutputRecord, state: WindowState, prefill: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Per row, the (rows, matches, tokens) tokens that followed earlier occurrences of its last n-gram (the
         longest of at most `ngram` tokens that occurred before): the latest, the earliest, then the next latest
         ones; and how many of them there are (rows, matches) (0: no such occurrence; a match in the history is its
@@ -52,12 +52,15 @@ class PromptLookup:
         certain token (slot 0); before the first forward (`prefill`) its prompt alone, which ends at the same column
         in every row (no host read). Where an edit repeats a text, the latest occurrence is the one being
         rewritten; where a pattern recurs, the earliest may have gone on longer; where a line recurs with other
-        endings (arguments, fields), the next latest ones hold them."""
+        endings (arguments, fields), the next latest ones hold them. None where no row has a match, when the
+        device reads the host freely (no history, not in the prefill): the many steps of a text that repeats
+        nothing then skip the drafts' gathering and the tree's proposal."""
         device = state.window.device
         end = record.prompt_length + state.generated - int(prefill)  # the certain (or last prompt) token's column
+        reads_host = not prefill and device.type in fill.HOST_READS_ARE_FREE
         if prefill:
             width = record.prompt_length
-        elif device.type in fill.HOST_READS_ARE_FREE:  # up to the longest context, read on the host
+        elif reads_host:  # up to the longest context, read on the host
             width = int(end.max()) + 1
         else:  # every column (those past a row's context never match): a read would stall the device's queue
             width = record.sequences.shape[1]
@@ -71,6 +74,8 @@ class PromptLookup:
         own = _match_lengths(suffixes, last, real)
         own = torch.minimum(own, (columns - first[:, None] + 1).clamp(min=0)).masked_fill(columns >= end[:, None], 0)
         best = own.amax(1)  # the longest match, as transformers' lookup tries the longest n-gram first
+        if reads_host and self.history is None and not best.any():
+            return None
         hit = (own == best[:, None]) & (best > 0)[:, None]
         ends = _occurrences(hit, columns, self.matches)
         source, found = ends + 1, ends >= 0
@@ -106,7 +111,10 @@ class PromptLookup:
         continuation of the prompt, before the first forward), the window growing to hold them and one mask slot
         (within `window_size` and max_new_tokens); with sampling, `draft_probs` gets their one-hot proposals.
         Returns which rows got drafts."""
-        tokens, count = (values[:, 0] for values in self.continuation(record, state, prefill))  # the latest
+        found = self.continuation(record, state, prefill)
+        if found is None:
+            return torch.zeros_like(eligible)
+        tokens, count = (values[:, 0] for values in found)  # the latest
         room = torch.clamp(state.max_new_tokens - state.generated, max=layout.window_size)
         count = torch.minimum(count, room - 1).masked_fill(~eligible, 0)
         size, first = self.slots(layout), int(not prefill)

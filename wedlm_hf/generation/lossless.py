@@ -137,7 +137,9 @@ class LosslessPolicy:
         if masks:
             fillable = self._fillable(state) & ~corrected[:, None]
             self.filler.fill(state, logits[:, fed - masks :], slot_physical - (fed - masks), fillable, self.draft_probs)
-        if self.adaptive:  # with prompt lookup, the limit follows the mask predictions' drafts only
+        if self.adaptive and fed == 1:  # no window checked a draft (a tree's were its branches'): the tries alone
+            self.schedule.probe(self.schedule.draft_limit, state.generated)
+        elif self.adaptive:  # with prompt lookup, the limit follows the mask predictions' drafts only
             mask_drafted = ~self.drafts.from_lookup if self.lookup is not None else torch.ones_like(corrected)
             checked = (drafts * mask_drafted, accepted * mask_drafted, corrected & mask_drafted)
             self.schedule.adapt(*checked, state.generated, self.drafts.accepted)
@@ -233,13 +235,17 @@ class LosslessPolicy:
             return
         rows = self.drafts
         if self.branch is not None:
-            tokens, count = self.lookup.continuation(self.record, state)
+            rows.from_lookup = torch.zeros_like(rows.from_lookup)  # (the window's drafts are the mask slots' now)
+            found = self.lookup.continuation(self.record, state)
+            if found is None:
+                self.branch.count = torch.zeros_like(self.branch.count)
+                return
+            tokens, count = found
             penalised = None if self.record.sampling is None else self.record.sampling.penalised
             if penalised is not None:
                 count = count.masked_fill(penalised[state.rows, None], 0)
             room = torch.clamp(state.max_new_tokens - state.generated, max=self.layout.window_size)
             self.branch.propose(state.window, self.layout.mask_id, tokens, count, room)
-            rows.from_lookup = torch.zeros_like(rows.from_lookup)  # (the window's drafts are the mask slots' now)
             return
         eligible = state.window[:, 1] == self.layout.mask_id
         eligible &= self.schedule.draft_limit == 0 if self.adaptive else rows.lookup_ok

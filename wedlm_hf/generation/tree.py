@@ -15,6 +15,11 @@ every committed token keeps the model's distribution. A row that takes a branch 
 accepted branch tokens, put in order by the backend's commit (`Kept.columns`); where the window's drafts before it
 were rejected, its mask predictions saw them, so it drafts anew at the next forward.
 
+The first branch (the latest match) is fed whole, as transformers' prompt lookup feeds its one match. On a CPU,
+where every fed column is compute, a later one is fed only as far as its rank's branches have been passing
+(`Branch.adapt`): such second opinions pass far less often than the first, yet fed whole each costs as many
+columns.
+
 A tree needs a 4D mask (SDPA or eager attention, not FlashAttention), forwards of free width (not
 `wedlm_static`) and processed scores that do not read the prefix (no logits processors, penalties or kept
 scores): elsewhere prompt lookup drafts the window's own chain (`lossless.py`).
@@ -31,6 +36,12 @@ from .verify import Verifier, greedy_accept, speculative_target
 from .window import PerRow, StepPlan, WindowState
 
 
+SHORTEST_SECOND_BRANCH = {"cpu": 3}
+"""Per device type, the fewest tokens a branch after the first is fed once its rank's branches fail: on a CPU each
+fed column is compute (docs/benchmarks.md, "Later branches fed as far as they pass"). Elsewhere every branch is fed
+whole: a decoding forward there is bound by reading the weights, not by its columns (declared, not measured)."""
+
+
 @dataclass
 class Branch(PerRow):
     """Per running row, the branches the next forward verifies beside the window (second dimension: the branch)."""
@@ -41,12 +52,17 @@ class Branch(PerRow):
     """(rows, branches) the window slot a branch's first token stands at: slots 0 .. depth - 1 are its ancestors."""
     count: torch.Tensor
     """(rows, branches) how many tokens a branch has (0: none)."""
+    limit: torch.Tensor
+    """(rows, branches) the most tokens each branch is fed: the first (the latest match, as transformers' prompt
+    lookup drafts its match) always `size`; a later one as far as its rank's branches have been passing (`adapt`)."""
+    shortest: int
+    """The fewest tokens `adapt` leaves a later branch (`SHORTEST_SECOND_BRANCH`; `size` where it is not cut)."""
 
     @classmethod
     def empty(cls, like: torch.Tensor, branches: int, size: int) -> "Branch":
-        rows = like.shape[0]
+        rows, shortest = like.shape[0], min(SHORTEST_SECOND_BRANCH.get(like.device.type, size), size)
         return cls(like.new_zeros((rows, branches, size)), like.new_ones((rows, branches)),
-                   like.new_zeros((rows, branches)))
+                   like.new_zeros((rows, branches)), like.new_full((rows, branches), size), shortest)
 
     def propose(
         self, window: torch.Tensor, mask_id: int, tokens: torch.Tensor, count: torch.Tensor, room: torch.Tensor,
@@ -62,13 +78,26 @@ class Branch(PerRow):
         shared = same.int().cumprod(-1).sum(-1)
         depth, offsets = shared + 1, (shared[..., None] + torch.arange(size, device=tokens.device)).clamp(max=n - 1)
         tokens = tokens.gather(-1, offsets)
-        count = torch.minimum(count - shared, room[:, None] - depth).clamp(min=0, max=size)
+        count = torch.minimum(torch.minimum(count - shared, room[:, None] - depth), self.limit).clamp(min=0)
         past = torch.arange(size, device=tokens.device) >= count[..., None]  # (rows, branches, size)
         for later in range(1, tokens.shape[1]):  # (the branches, a few: not the rows)
             one = slice(later, later + 1)
             held = ((tokens[:, one] == tokens[:, :later]) | past[:, one]).all(-1) & (depth[:, one] == depth[:, :later])
             count[:, later] *= ~(held & (count[:, one] <= count[:, :later])).any(1)
         self.tokens, self.depth, self.count = tokens, depth, count
+
+    def adapt(self, best: torch.Tensor, took: torch.Tensor, passed: torch.Tensor) -> None:
+        """The later branches' limits after a verification in which rows that `took` a branch took `best`, of whose
+        tokens `passed` were committed: as the draft limit follows acceptance (`draft_schedule.py`), a branch that
+        passed whole doubles its rank's limit plus one, one that failed sets it to twice its tokens that passed (at
+        least `shortest`); a rank that fed no branch keeps its limit."""
+        if self.shortest >= self.tokens.shape[-1]:
+            return
+        later = torch.arange(1, self.count.shape[1], device=best.device)
+        passed = passed[:, None] * (took[:, None] & (later == best[:, None]))
+        limit, count = self.limit[:, 1:], self.count[:, 1:]
+        limit = torch.where(passed >= count, 2 * limit + 1, 2 * passed).clamp(self.shortest, self.tokens.shape[-1])
+        self.limit[:, 1:] = torch.where(count > 0, limit, self.limit[:, 1:])
 
     def fed_columns(self, width: int) -> torch.Tensor:
         """(rows, branches, size) the fed column of each branch token: a row's branches are fed one after another
@@ -148,6 +177,7 @@ def verify(
         verifier, state, scores, chosen, drafts, draft_count, draft_probs, branch, branch_logits
     )
     from_branch = committed + 1 - branch.depth.gather(1, best[:, None]).squeeze(1)
+    branch.adapt(best, took, from_branch)
     branch.write(state.window, state.fill_step, best, took, from_branch, verifier.record.steps)
     columns = branch.kept_columns(best, took, branch_logits.shape[1], window_size)
     return accepted, took, committed, after, columns
