@@ -148,7 +148,8 @@ def test_recursive_rejection_at_a_branch_node_draws_the_models_distribution(seco
     )
     firsts, seconds = [2, second_first], [0, 1]  # each branch: its first token, then the one it proposes after it
     tokens = torch.tensor([[firsts[0], seconds[0]], [firsts[1], seconds[1]]]).expand(draws, -1, -1)
-    branch = Branch(tokens, torch.ones(draws, 2, dtype=torch.long), torch.full((draws, 2), 2), torch.full((draws, 2), 2), 2)
+    two = torch.full((draws, 2), 2)
+    branch = Branch(tokens, torch.ones(draws, 2, dtype=torch.long), two, two, 2)
     probs = torch.stack([torch.stack([after[first], p]) for first in firsts]).expand(draws, -1, -1, -1)
     uniform = torch.rand(draws, 2, 2, generator=generator)
     in_branch = torch.ones(draws, 2, 2, dtype=torch.bool)
