@@ -41,10 +41,14 @@ class WeDLMCache(DynamicCache):
         window_length = self.get_seq_length() - committed_width
         if columns is not None:  # a tree: the kept K/V gathered into order, in place
             index = columns[:, None, :kept, None].clamp(max=window_length - 1)  # (past a row's count: unread)
+            expanded = {}  # (one expanded index per K/V shape: layers and keys/values mostly share theirs)
             for layer in self.layers:
                 for values in (layer.keys, layer.values):
+                    shape = (-1, values.shape[1], -1, values.shape[3])
+                    if shape not in expanded:
+                        expanded[shape] = index.expand(*shape)
                     window = values[:, :, committed_width:]
-                    window[:, :, :kept] = window.gather(2, index.expand(-1, values.shape[1], -1, values.shape[3]))
+                    window[:, :, :kept] = window.gather(2, expanded[shape])
         if kept < window_length:  # (a one-token forward that keeps its token crops nothing)
             self.crop(kept - window_length)
         slots = torch.arange(kept, device=num_committed.device)
