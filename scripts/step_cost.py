@@ -46,6 +46,7 @@ from transformers import DynamicCache, GenerationConfig
 import wedlm_hf
 from wedlm_hf.continuous.padding import left_padded
 from wedlm_hf.bench import random_model
+from wedlm_hf.bench.measure import ForwardCounter
 from wedlm_hf.bench.models import load_model
 from wedlm_hf.bench.prompts import code_prompts, counting_prompts
 from wedlm_hf.bench.syncs import Patcher, SyncCounter
@@ -85,28 +86,10 @@ def bare_forwards(model, prompt: torch.Tensor, new_tokens: int, options: dict) -
     return run
 
 
-class ForwardClock:
-    """Seconds spent inside the model's top-level forward calls, accumulated across calls."""
-
-    def __init__(self, model: torch.nn.Module):
-        self.seconds, self._entered = 0.0, 0.0
-        self._hooks = [model.register_forward_pre_hook(self._enter), model.register_forward_hook(self._leave)]
-
-    def _enter(self, *_) -> None:
-        self._entered = time.perf_counter()
-
-    def _leave(self, *_) -> None:
-        self.seconds += time.perf_counter() - self._entered
-
-    def remove(self) -> None:
-        for hook in self._hooks:
-            hook.remove()
-
-
 def forward_split(model, first: Callable, second: Callable, repeats: int) -> tuple[float, float]:
     """Medians over interleaved repeats of first/second time spent inside the model's forwards, and outside."""
-    clock, inside, outside = ForwardClock(model), [], []
-    try:
+    inside, outside = [], []
+    with ForwardCounter(model) as clock:
         for repeat in range(repeats + 1):  # repeat 0 warms up
             times = {}
             for name, run in sorted({"first": first, "second": second}.items(), reverse=bool(repeat % 2)):
@@ -116,8 +99,6 @@ def forward_split(model, first: Callable, second: Callable, repeats: int) -> tup
             if repeat:
                 inside.append(times["first"][0] / times["second"][0])
                 outside.append(times["first"][1] / times["second"][1])
-    finally:
-        clock.remove()
     return statistics.median(inside), statistics.median(outside)
 
 

@@ -3,12 +3,14 @@ history arm drafting from the prompts answered before (the `repeated` set, also 
 
 import argparse
 import json
+import time
 
 import pytest
 import torch
 
 from tiny_models import tiny_model, random_prompts
 from wedlm_hf.bench import BenchConfig, build_arms, markdown, plot, run_bench, write_json
+from wedlm_hf.bench.measure import ForwardCounter
 from wedlm_hf.bench.runner import agreement
 from wedlm_hf.cli import main
 
@@ -50,7 +52,26 @@ def test_every_arm_is_reported(result, tmp_path):
         assert rows[name].identical == 1.0, f"{name} must reproduce the ar arm exactly"
     for r in rows.values():
         assert r.tokens_per_s > 0 and r.forwards > 0 and len(r.tokens_per_s_repeats) == 2
+        assert r.forward_ms > 0 and r.rest_ms > 0 and f"| {r.forward_ms:.2f} + {r.rest_ms:.2f} |" in table
         assert 0 <= r.token_match <= 1 and r.identical <= r.token_match + 1e-9
+
+
+def test_the_forward_counter_times_the_forwards_alone():
+    """The time it reports is spent inside the model's forward, not around it: the "model + rest" split."""
+
+    class Sleeper(torch.nn.Module):
+        def forward(self, input_ids):
+            time.sleep(0.02)
+            return input_ids
+
+    model = Sleeper()
+    with ForwardCounter(model) as counter:
+        for width in (1, 3):
+            model(torch.zeros(1, width))
+            time.sleep(0.05)
+    model(torch.zeros(1, 2))  # (after the block: not counted)
+    assert (counter.calls, counter.fed) == (2, 4)
+    assert 0.04 <= counter.seconds < 0.09
 
 
 def test_agreements_are_sane(result):

@@ -1,8 +1,9 @@
-"""What a bench run measures besides time: model forwards and the tokens they fed, each arm's peak memory, and
-the machine the numbers come from."""
+"""What a bench run measures besides time: model forwards, the tokens they fed and the time inside them, each arm's
+peak memory, and the machine the numbers come from."""
 
 import platform
 import threading
+import time
 
 import psutil
 import torch
@@ -10,22 +11,32 @@ from transformers import PreTrainedModel
 
 
 class ForwardCounter:
-    """Counts model forwards and the query tokens they fed, via a pre-hook on the top-level module."""
+    """Counts model forwards, the query tokens they fed and the seconds spent inside them, via hooks on the
+    top-level module: the rest of a decode's time is the decoding method's own work around its forwards, which
+    tokens per forward do not show (on a small model it can decide which method is faster)."""
 
     def __init__(self, model: PreTrainedModel):
-        self.model, self.calls, self.fed = model, 0, 0
+        self.model, self.calls, self.fed, self.seconds, self._entered = model, 0, 0, 0.0, 0.0
 
-    def _hook(self, module, args, kwargs) -> None:
+    def _enter(self, module, args, kwargs) -> None:
         input_ids = kwargs.get("input_ids", args[0] if args else None)
         self.calls += 1
         self.fed += int(input_ids.shape[1])
+        self._entered = time.perf_counter()
+
+    def _leave(self, *_) -> None:
+        self.seconds += time.perf_counter() - self._entered
 
     def __enter__(self) -> "ForwardCounter":
-        self.handle = self.model.register_forward_pre_hook(self._hook, with_kwargs=True)
+        self.handles = [
+            self.model.register_forward_pre_hook(self._enter, with_kwargs=True),
+            self.model.register_forward_hook(self._leave),
+        ]
         return self
 
     def __exit__(self, *exc) -> None:
-        self.handle.remove()
+        for handle in self.handles:
+            handle.remove()
 
 
 class RssSampler:

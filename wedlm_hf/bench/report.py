@@ -13,22 +13,23 @@ def _number(value, digits: int = 2) -> str:
 
 
 def markdown(result: BenchResult) -> str:
-    """One table per prompt set, then the time-vs-length table."""
+    """One table per prompt set, then the time-vs-length table. "ms/forward: model + rest" splits the instrumented
+    pass's time per forward into the model's forward and the method's own work around it."""
     parts = [
         f"machine: {result.machine['cpu']}, {result.machine['logical_cores']} logical cores, "
         f"torch threads {result.machine['torch_threads']}, load average {result.machine['load_average'][0]:.2f}; "
         f"max_new_tokens={result.config.max_new_tokens}, median of {result.config.repeats} interleaved repeats"
     ]
     header = (
-        "| arm | tokens/s | speed-up vs ar | forwards | tokens/forward | p_cache | peak RSS MiB (+growth) "
-        "| identical to ar | token match |\n|---|---|---|---|---|---|---|---|---|"
+        "| arm | tokens/s | speed-up vs ar | forwards | tokens/forward | ms/forward: model + rest | p_cache "
+        "| peak RSS MiB (+growth) | identical to ar | token match |\n|---|---|---|---|---|---|---|---|---|---|"
     )
     for name, rows in result.sets.items():
         lines = [f"\n### prompts: {name}\n", header]
         for r in rows:
             lines.append(
                 f"| {r.arm} | {r.tokens_per_s:.1f} | {_number(r.speedup)} | {r.forwards} | {r.tokens_per_forward:.2f} "
-                f"| {_number(r.p_cache, 3)} | {r.peak_rss_mib:.0f} (+{r.rss_growth_mib:.0f}) "
+                f"| {r.forward_ms:.2f} + {r.rest_ms:.2f} | {_number(r.p_cache, 3)} | {r.peak_rss_mib:.0f} (+{r.rss_growth_mib:.0f}) "
                 f"| {_number(r.identical)} | {_number(r.token_match)} |"
             )
         parts.append("\n".join(lines))

@@ -1,7 +1,7 @@
 """Runs the arms on the same model, prompts and machine, interleaved so load drift hits every arm alike.
 
-Per prompt set: a warm-up decode per arm; one *instrumented* pass (forward-counting hook, RSS sampler) that yields
-outputs, forwards, p_cache, memory and agreement; then `repeats` *timed* passes with nothing attached, where
+Per prompt set: a warm-up decode per arm; one *instrumented* pass (forward hooks, RSS sampler) that yields
+outputs, forwards, the time per forward inside the model and around it, p_cache, memory and agreement; then `repeats` *timed* passes with nothing attached, where
 each prompt runs every arm back to back in an order rotated per prompt and repeat. Speeds are medians over
 repeats; speed-ups are medians of per-repeat ratios (paired, so drift between repeats cancels). Arms that draft
 from the engine's history start each pass with a fresh one that has answered the set's primed prompts (what a
@@ -61,6 +61,10 @@ class ArmResult:
     rss_growth_mib: float
     identical: float | None
     token_match: float | None
+    forward_ms: float = 0.0
+    """Milliseconds per forward inside the model's forward, in the instrumented pass (one pass, not a median)."""
+    rest_ms: float = 0.0
+    """Milliseconds per forward outside it in that pass: the method's own work (drafting, verifying, its loop)."""
     tokens_per_s_repeats: list[float] = field(default_factory=list)
     outputs: list[list[int]] = field(default_factory=list)
     """The continuation of every prompt (instrumented pass), for quality checks beyond agreement with ar."""
@@ -128,11 +132,13 @@ def bench_prompt_set(
     for arm in arms:
         arm = arm.serving(model, primed, config.max_new_tokens)
         with ForwardCounter(model) as counter, RssSampler() as rss:
+            start = time.perf_counter()
             decoded = [arm.decode(model, p, config.max_new_tokens, exact_length=False) for p in prompts]
+            wall = time.perf_counter() - start
             for _ in prompts:
                 tick()
         outputs[arm.name] = [d.tokens for d in decoded]
-        measured[arm.name] = (counter, rss, _p_cache(decoded, prompts, counter), _summed_counts(decoded))
+        measured[arm.name] = (counter, rss, wall, _p_cache(decoded, prompts, counter), _summed_counts(decoded))
 
     seconds = {arm.name: [0.0] * config.repeats for arm in arms}
     tokens = {arm.name: [0] * config.repeats for arm in arms}
@@ -149,7 +155,7 @@ def bench_prompt_set(
 
     results = []
     for arm in arms:
-        counter, rss, p_cache, totals = measured[arm.name]
+        counter, rss, wall, p_cache, totals = measured[arm.name]
         generated = sum(len(t) for t in outputs[arm.name])
         identical, token_match = agreement(outputs[arm.name], outputs[BASELINE]) if BASELINE in outputs else (None, None)
         speedup = (
@@ -165,6 +171,8 @@ def bench_prompt_set(
                 generated=generated,
                 forwards=counter.calls,
                 tokens_per_forward=generated / max(counter.calls, 1),
+                forward_ms=1000 * counter.seconds / max(counter.calls, 1),
+                rest_ms=1000 * (wall - counter.seconds) / max(counter.calls, 1),
                 p_cache=p_cache,
                 peak_rss_mib=rss.peak / 2**20,
                 rss_growth_mib=rss.growth / 2**20,
