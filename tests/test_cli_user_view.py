@@ -21,6 +21,7 @@ WEDLM_VALUES = {
     "wedlm_window_size": ["4"], "wedlm_entropy_threshold": ["0.5"], "wedlm_pos_penalty_factor": ["0.1"],
     "mask_token_id": [str(MASK_ID)], "wedlm_lossless": [], "wedlm_prompt_lookup": ["--lossless"],
     "wedlm_prompt_lookup_ngram": ["3", "--prompt-lookup", "--lossless"],
+    "wedlm_prompt_lookup_min_ngram": ["2", "--prompt-lookup", "--lossless"],
     "wedlm_prompt_lookup_tokens": ["4", "--prompt-lookup", "--lossless"],
     "wedlm_prompt_lookup_matches": ["3", "--prompt-lookup", "--lossless"],
 }

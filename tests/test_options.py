@@ -24,6 +24,7 @@ COMPANIONS = {
     "wedlm_draft_schedule": {"wedlm_lossless": True},
     "wedlm_prompt_lookup": {"wedlm_lossless": True},
     "wedlm_prompt_lookup_ngram": LOOKUP,
+    "wedlm_prompt_lookup_min_ngram": LOOKUP,
     "wedlm_prompt_lookup_tokens": LOOKUP,
     "wedlm_prompt_lookup_matches": LOOKUP,
 }

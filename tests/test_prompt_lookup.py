@@ -8,7 +8,7 @@ from tiny_models import MASK_ID, random_prompts, tiny_model
 
 import wedlm_hf
 from wedlm_hf.continuous import GenerationRequest, WeDLMScheduler
-from wedlm_hf.generation import fill
+from wedlm_hf.generation import fill, lookup
 
 
 def _repeating_prompts(seed: int):
@@ -51,8 +51,9 @@ def _self_continuing_prompts(model, seed: int = 3):
 
 def _prefill_accepted(prompt: list[int], greedy: list[int], ngram: int = 2, tokens: int = 10) -> int:
     """The reference count of prompt lookup drafts the first forward accepts: the tokens after the latest earlier
-    occurrence of the prompt's longest repeated last n-gram (of at most `ngram`), as far as greedy decodes them."""
-    for size in range(min(ngram, len(prompt) - 1), 0, -1):
+    occurrence of the prompt's longest repeated last n-gram (of at most `ngram`, at least `SHORTEST_MATCH` on a
+    CPU), as far as greedy decodes them."""
+    for size in range(min(ngram, len(prompt) - 1), min(lookup.SHORTEST_MATCH["cpu"], ngram) - 1, -1):
         starts = [i for i in range(len(prompt) - size) if prompt[i : i + size] == prompt[-size:]]
         if starts:
             drafts = prompt[starts[-1] + size :][:tokens]
@@ -160,6 +161,9 @@ def test_prompt_lookup_sizes_keep_output_exact_under_processors(ngram, tokens):
         (dict(wedlm_lossless=True, wedlm_prompt_lookup_ngram=2), "wedlm_prompt_lookup=True"),
         (dict(wedlm_lossless=True, wedlm_prompt_lookup=True, wedlm_prompt_lookup_ngram=0), "integer >= 1"),
         (dict(wedlm_lossless=True, wedlm_prompt_lookup=True, wedlm_prompt_lookup_tokens=2.5), "integer >= 1"),
+        (dict(wedlm_lossless=True, wedlm_prompt_lookup_min_ngram=1), "wedlm_prompt_lookup=True"),
+        (dict(wedlm_lossless=True, wedlm_prompt_lookup=True, wedlm_prompt_lookup_min_ngram=3),
+         r"`wedlm_prompt_lookup_min_ngram=3` is longer than `wedlm_prompt_lookup_ngram=2`"),
     ],
 )
 def test_prompt_lookup_options_are_validated(options, message):
@@ -171,12 +175,14 @@ def test_prompt_lookup_options_are_validated(options, message):
         )
 
 
-def _reference_lookup(context: list[int], history: list[list[int]], ngram: int, tokens: int, matches: int):
+def _reference_lookup(
+    context: list[int], history: list[list[int]], ngram: int, tokens: int, matches: int, shortest: int = 1
+):
     """Per the docstring of `PromptLookup.continuation`, one row in plain Python: the continuations of the longest
-    n-gram ending the context that occurred strictly before in it (the latest, the earliest unless it is among
-    the latest ones taken, then the next latest), else the latest in a history text (a longer match there wins; a
-    tie stays the row's own)."""
-    for size in range(min(ngram, len(context)), 0, -1):
+    n-gram ending the context (of at least `shortest` tokens, or `ngram` if fewer) that occurred strictly before in
+    it (the latest, the earliest unless it is among the latest ones taken, then the next latest), else the latest
+    in a history text (a longer match there wins; a tie stays the row's own)."""
+    for size in range(min(ngram, len(context)), min(shortest, ngram) - 1, -1):
         last = context[-size:]
         starts = [s for s in range(len(context) - size) if context[s : s + size] == last]
         if starts:
@@ -193,13 +199,16 @@ def _reference_lookup(context: list[int], history: list[list[int]], ngram: int, 
 
 def test_lookup_finds_the_longest_latest_earliest_and_next_latest_matches():
     """The vectorised search (every n-gram size in one pass, every row at once) against a plain Python search, on
-    left-padded rows of a small vocabulary (many matches), before the first forward and after, with a history."""
+    left-padded rows of a small vocabulary (many matches), before the first forward and after, with a history;
+    with every match drafting, with the CPU's shortest match (2 tokens, unless `ngram` is 1) and longer ones."""
     from types import SimpleNamespace
 
     from wedlm_hf.generation.lookup import PromptLookup
 
     generator = torch.Generator().manual_seed(0)
-    for trial in range(300):
+    for trial in range(300):  # every match (as off a CPU), the CPU default, longer shortest matches
+        min_ngram = (1, None, 2, 3)[trial // 3 % 4]
+        shortest = lookup.SHORTEST_MATCH["cpu"] if min_ngram is None else min_ngram
         rows, prompt, outputs = 3, 2 + trial % 9, 1 + trial % 7
         sequences = torch.randint(0, 4, (rows, prompt + outputs), generator=generator)
         real = torch.randint(1, prompt + 1, (rows,), generator=generator)
@@ -212,10 +221,10 @@ def test_lookup_finds_the_longest_latest_earliest_and_next_latest_matches():
             generated.zero_()
         record = SimpleNamespace(prompt_length=prompt, sequences=sequences)
         state = SimpleNamespace(window=window, generated=generated, rows=torch.arange(rows), first_position=real)
-        found, count = PromptLookup(ngram, tokens, corpus, matches).continuation(record, state, prefill)
+        found, count = PromptLookup(ngram, tokens, corpus, matches, min_ngram).continuation(record, state, prefill)
         for row in range(rows):
             end = prompt + int(generated[row])
             context = sequences[row, prompt - int(real[row]) : end].tolist() + ([] if prefill else [int(window[row, 0])])
-            expected = _reference_lookup(context, history, ngram, tokens, matches)
+            expected = _reference_lookup(context, history, ngram, tokens, matches, shortest)
             got = [found[row, b, : count[row, b]].tolist() for b in range(matches)]
             assert got == expected, (trial, row, context, history)

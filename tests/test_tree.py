@@ -57,13 +57,14 @@ def _drafts_right_but_every_fourth(monkeypatch, greedy: torch.Tensor) -> None:
     [("wedlm", 1, "sdpa", 2, 2), ("llama", 1, "eager", 2, 2), ("qwen3", 1, "sdpa", 2, 2), ("wedlm", 3, "sdpa", 1, 4)],
 )
 def test_trees_take_branches_and_keep_greedy_output(family, seed, attn, ngram, matches, taken, monkeypatch):
-    """Also with 4 matches of the last token (a model whose text often recurs with another ending there)."""
+    """Also with 4 matches of the last token (a model whose text often recurs with another ending there); every
+    match drafts (`wedlm_prompt_lookup_min_ngram=1`, as off a CPU), so that each rank's branch gets taken here."""
     model = wedlm_hf.enable(tiny_model(family, seed=seed, peak=40, attn=attn))
     input_ids, attention_mask = _repeating_prompts(seed=1)
     greedy = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=40, do_sample=False)
     options = dict(max_new_tokens=40, decoding="wedlm", wedlm_lossless=True, mask_token_id=MASK_ID,
                    wedlm_prompt_lookup=True, wedlm_window_size=6, wedlm_prompt_lookup_ngram=ngram,
-                   wedlm_prompt_lookup_matches=matches)
+                   wedlm_prompt_lookup_matches=matches, wedlm_prompt_lookup_min_ngram=1)
     for schedule in ("full", "adaptive"):
         output = model.generate(input_ids=input_ids, attention_mask=attention_mask, wedlm_draft_schedule=schedule,
                                 **options)

@@ -57,6 +57,7 @@ def wedlm_decode(
     wedlm_static=UNSET,
     wedlm_prompt_lookup=UNSET,
     wedlm_prompt_lookup_ngram=UNSET,
+    wedlm_prompt_lookup_min_ngram=UNSET,
     wedlm_prompt_lookup_tokens=UNSET,
     wedlm_prompt_lookup_matches=UNSET,
     **model_kwargs,
@@ -77,6 +78,7 @@ def wedlm_decode(
             mask_token_id=mask_token_id, wedlm_blockwise=wedlm_blockwise, wedlm_lossless=wedlm_lossless,
             wedlm_draft_schedule=wedlm_draft_schedule, wedlm_static=wedlm_static,
             wedlm_prompt_lookup=wedlm_prompt_lookup, wedlm_prompt_lookup_ngram=wedlm_prompt_lookup_ngram,
+            wedlm_prompt_lookup_min_ngram=wedlm_prompt_lookup_min_ngram,
             wedlm_prompt_lookup_tokens=wedlm_prompt_lookup_tokens,
             wedlm_prompt_lookup_matches=wedlm_prompt_lookup_matches,
         )
@@ -200,7 +202,8 @@ def start_decoding(
         lookup = None
         if settings.prompt_lookup or history is not None:
             lookup = PromptLookup(
-                settings.prompt_lookup_ngram, settings.prompt_lookup_tokens, history, settings.prompt_lookup_matches
+                settings.prompt_lookup_ngram, settings.prompt_lookup_tokens, history, settings.prompt_lookup_matches,
+                settings.prompt_lookup_min_ngram,
             )
         tree = lookup is not None and trees_allowed(model, settings, logits_processor, record, do_sample)
         if lookup is not None and not tree and lookup.matches > 2:

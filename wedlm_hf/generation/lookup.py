@@ -22,6 +22,14 @@ from .record import OutputRecord
 from .window import WindowLayout, WindowState
 
 
+SHORTEST_MATCH = {"cpu": 2}
+"""Per device type, the fewest tokens a match must have before its continuation drafts, unless the call sets
+`wedlm_prompt_lookup_min_ngram` (at most the n-gram size): on a CPU every fed column is compute, and a continuation
+found after the last token alone passes too rarely to pay for its columns (docs/benchmarks.md, "One-token matches
+on a CPU"). Elsewhere any match drafts, as transformers' prompt lookup drafts after a one-token match (declared: a
+decoding forward there is bound by reading the weights, not by its columns)."""
+
+
 class TokenHistory(Protocol):
     """Text other than the row's own that drafts may come from (continuous batching: the requests answered
     before, `continuous/history.py`)."""
@@ -41,13 +49,15 @@ class PromptLookup:
     and the row's own text wins a tie."""
     matches: int = 2
     """How many occurrences `continuation` returns: the latest, the earliest, then the next latest ones."""
+    min_ngram: int | None = None
+    """The shortest match that drafts (at most `ngram`); None: the device's `SHORTEST_MATCH`."""
 
     def continuation(
         self, record: OutputRecord, state: WindowState, prefill: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Per row, the (rows, matches, tokens) tokens that followed earlier occurrences of its last n-gram (the
-        longest of at most `ngram` tokens that occurred before): the latest, the earliest, then the next latest
-        ones; and how many of them there are (rows, matches) (0: no such occurrence; a match in the history is its
+        longest of at most `ngram` tokens that occurred before, of at least `min_ngram`): the latest, the
+        earliest, then the next latest ones; and how many of them there are (rows, matches) (0: no such occurrence; a match in the history is its
         latest, in every place). A row's context is its prompt (without padding), its committed tokens and its
         certain token (slot 0); before the first forward (`prefill`) its prompt alone, which ends at the same column
         in every row (no host read). Where an edit repeats a text, the latest occurrence is the one being
@@ -73,7 +83,9 @@ class PromptLookup:
         real = (end - first + 1).clamp(min=0)  # the row's tokens up to `end`: its last n-gram is no longer
         own = _match_lengths(suffixes, last, real)
         own = torch.minimum(own, (columns - first[:, None] + 1).clamp(min=0)).masked_fill(columns >= end[:, None], 0)
+        shortest = min(self.min_ngram or SHORTEST_MATCH.get(device.type, 1), self.ngram)
         best = own.amax(1)  # the longest match, as transformers' lookup tries the longest n-gram first
+        best = best.masked_fill(best < shortest, 0)
         if reads_host and self.history is None and not best.any():
             return None
         hit = (own == best[:, None]) & (best > 0)[:, None]
@@ -84,6 +96,7 @@ class PromptLookup:
         if corpus is not None and corpus.numel():
             earlier = _match_lengths(_suffixes(corpus[None], self.ngram), last, real)
             longest = earlier.amax(1)
+            longest = longest.masked_fill(longest < shortest, 0)
             latest = torch.where(earlier == longest[:, None], torch.arange(corpus.numel(), device=device), -1).amax(1)
             from_history = longest > best  # a longer match wins; the row's own text wins a tie
             source = torch.where(from_history[:, None], latest[:, None] + 1, source)

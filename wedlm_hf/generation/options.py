@@ -139,6 +139,11 @@ OPTIONS = (
         exposed=(CLI, ROWS),
     ),
     WeDLMOption(
+        "wedlm_prompt_lookup_min_ngram", None, Accepts("int", minimum=1, none_means="2 on a CPU, 1 elsewhere"),
+        "prompt lookup: the shortest n-gram matched (vLLM's `prompt_lookup_min`)",
+        exposed=(CLI, ROWS),
+    ),
+    WeDLMOption(
         "wedlm_prompt_lookup_tokens", 10, Accepts("int", minimum=1), "prompt lookup: most tokens drafted per match",
         exposed=(CLI, ROWS),
     ),

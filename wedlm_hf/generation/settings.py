@@ -38,6 +38,8 @@ class WeDLMSettings:
     """Lossless mode also drafts from the context (`lookup.py`), `prompt_lookup_tokens` after a match of the last
     `prompt_lookup_ngram` tokens, `prompt_lookup_matches` matches at once where a tree verifies them (`tree.py`)."""
     prompt_lookup_ngram: int = BY_SETTING["prompt_lookup_ngram"].default
+    prompt_lookup_min_ngram: int | None = BY_SETTING["prompt_lookup_min_ngram"].default
+    """The shortest match that drafts; None: the device's (`lookup.SHORTEST_MATCH`)."""
     prompt_lookup_tokens: int = BY_SETTING["prompt_lookup_tokens"].default
     prompt_lookup_matches: int = BY_SETTING["prompt_lookup_matches"].default
     static: bool = False
@@ -86,7 +88,8 @@ class WeDLMSettings:
             raise ValueError(
                 "`wedlm_draft_schedule` sets how lossless mode drafts; pass `wedlm_lossless=True` with it, or drop it."
             )
-        sizes_passed = [name for name in ("ngram", "tokens", "matches") if f"wedlm_prompt_lookup_{name}" in passed]
+        sizes = ("ngram", "min_ngram", "tokens", "matches")
+        sizes_passed = [name for name in sizes if f"wedlm_prompt_lookup_{name}" in passed]
         if values["prompt_lookup"] and not values["lossless"]:
             raise ValueError(
                 "`wedlm_prompt_lookup=True` drafts from the context for lossless mode to verify; pass "
@@ -96,6 +99,12 @@ class WeDLMSettings:
             raise ValueError(
                 f"`wedlm_prompt_lookup_{sizes_passed[0]}` sizes prompt lookup; pass `wedlm_prompt_lookup=True` "
                 "(and `wedlm_lossless=True`) with it, or drop it."
+            )
+        shortest, longest = values["prompt_lookup_min_ngram"], values["prompt_lookup_ngram"]
+        if shortest is not None and shortest > longest:
+            raise ValueError(
+                f"`wedlm_prompt_lookup_min_ngram={shortest}` is longer than `wedlm_prompt_lookup_ngram={longest}`, the "
+                "longest n-gram matched; pass at most that, or raise `wedlm_prompt_lookup_ngram`."
             )
         threshold = values["entropy_threshold"]
         return cls(
