@@ -221,7 +221,8 @@ def test_lookup_finds_the_longest_latest_earliest_and_next_latest_matches():
             generated.zero_()
         record = SimpleNamespace(prompt_length=prompt, sequences=sequences)
         state = SimpleNamespace(window=window, generated=generated, rows=torch.arange(rows), first_position=real)
-        found, count = PromptLookup(ngram, tokens, corpus, matches, min_ngram).continuation(record, state, prefill)
+        search = PromptLookup(ngram, tokens, corpus, matches, min_ngram)
+        found, count = search.continuation(record, state, prefill)
         for row in range(rows):
             end = prompt + int(generated[row])
             context = sequences[row, prompt - int(real[row]) : end].tolist() + ([] if prefill else [int(window[row, 0])])

@@ -29,8 +29,8 @@ def markdown(result: BenchResult) -> str:
         for r in rows:
             lines.append(
                 f"| {r.arm} | {r.tokens_per_s:.1f} | {_number(r.speedup)} | {r.forwards} | {r.tokens_per_forward:.2f} "
-                f"| {r.forward_ms:.2f} + {r.rest_ms:.2f} | {_number(r.p_cache, 3)} | {r.peak_rss_mib:.0f} (+{r.rss_growth_mib:.0f}) "
-                f"| {_number(r.identical)} | {_number(r.token_match)} |"
+                f"| {r.forward_ms:.2f} + {r.rest_ms:.2f} | {_number(r.p_cache, 3)} | {r.peak_rss_mib:.0f} "
+                f"(+{r.rss_growth_mib:.0f}) | {_number(r.identical)} | {_number(r.token_match)} |"
             )
         parts.append("\n".join(lines))
     if result.scaling:

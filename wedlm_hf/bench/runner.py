@@ -1,11 +1,11 @@
 """Runs the arms on the same model, prompts and machine, interleaved so load drift hits every arm alike.
 
-Per prompt set: a warm-up decode per arm; one *instrumented* pass (forward hooks, RSS sampler) that yields
-outputs, forwards, the time per forward inside the model and around it, p_cache, memory and agreement; then `repeats` *timed* passes with nothing attached, where
-each prompt runs every arm back to back in an order rotated per prompt and repeat. Speeds are medians over
-repeats; speed-ups are medians of per-repeat ratios (paired, so drift between repeats cancels). Arms that draft
-from the engine's history start each pass with a fresh one that has answered the set's primed prompts (what a
-server saw before; untimed, uncounted), then keep it across the pass's prompts.
+Per prompt set: a warm-up decode per arm; one *instrumented* pass (forward hooks, RSS sampler) that yields outputs,
+forwards, the time per forward inside the model and around it, p_cache, memory and agreement; then `repeats` *timed*
+passes with nothing attached, where each prompt runs every arm back to back in an order rotated per prompt and
+repeat. Speeds are medians over repeats; speed-ups are medians of per-repeat ratios (paired, so drift between
+repeats cancels). Arms that draft from the engine's history start each pass with a fresh one that has answered the
+set's primed prompts (what a server saw before; untimed, uncounted), then keep it across the pass's prompts.
 """
 
 import statistics

@@ -64,11 +64,10 @@ def wedlm_decode(
 ) -> WeDLMGenerateOutput | torch.LongTensor:
     """WeDLM decoding loop; use as `model.generate(custom_generate=wedlm_decode, mask_token_id=..., ...)`.
 
-    Takes the `wedlm_*` keywords (window size, entropy threshold, distance penalty, `wedlm_lossless` for output
-    identical to greedy AR and `wedlm_draft_schedule` for its drafts, `wedlm_blockwise` for the paper's baseline,
-    `wedlm_static` for fixed shapes that `torch.compile` captures once) and `mask_token_id`, else the generation
-    config's attributes of those names, else the defaults of `WeDLMSettings`. Prefer `generate(decoding="wedlm")`
-    (via `enable`): transformers 5.x hands a callable neither the streamer nor the tokenizer `stop_strings` need.
+    Takes the `wedlm_*` keywords of options.py (`wedlm_lossless` for output identical to greedy AR, with its drafts
+    and prompt lookup; `wedlm_blockwise`, the paper's baseline; `wedlm_static`, fixed shapes) and `mask_token_id`,
+    else the generation config's attributes of those names, else `WeDLMSettings`' defaults. Prefer
+    `generate(decoding="wedlm")` (via `enable`): transformers 5.x hands a callable no streamer nor tokenizer.
     """
     with torch.inference_mode():  # no autograd bookkeeping per op: ~8% of a CPU decode of the embedded model
         setup = prepare_decoding(

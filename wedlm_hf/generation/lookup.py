@@ -55,16 +55,16 @@ class PromptLookup:
     def continuation(
         self, record: OutputRecord, state: WindowState, prefill: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Per row, the (rows, matches, tokens) tokens that followed earlier occurrences of its last n-gram (the
-        longest of at most `ngram` tokens that occurred before, of at least `min_ngram`): the latest, the
-        earliest, then the next latest ones; and how many of them there are (rows, matches) (0: no such occurrence; a match in the history is its
-        latest, in every place). A row's context is its prompt (without padding), its committed tokens and its
-        certain token (slot 0); before the first forward (`prefill`) its prompt alone, which ends at the same column
-        in every row (no host read). Where an edit repeats a text, the latest occurrence is the one being
-        rewritten; where a pattern recurs, the earliest may have gone on longer; where a line recurs with other
-        endings (arguments, fields), the next latest ones hold them. None where no row has a match, when the
-        device reads the host freely (no history, not in the prefill): the many steps of a text that repeats
-        nothing then skip the drafts' gathering and the tree's proposal."""
+        """Per row, the (rows, matches, tokens) tokens that followed earlier occurrences of its last n-gram (the longest
+        of at most `ngram` tokens that occurred before, of at least `min_ngram`): the latest, the earliest, then the
+        next latest ones; and how many of them there are (rows, matches) (0: no such occurrence; a match in the history
+        is its latest, in every place). A row's context is its prompt (without padding), its committed tokens and its
+        certain token (slot 0); before the first forward (`prefill`) its prompt alone, which ends at the same column in
+        every row (no host read). Where an edit repeats a text, the latest occurrence is the one being rewritten; where
+        a pattern recurs, the earliest may have gone on longer; where a line recurs with other endings (arguments,
+        fields), the next latest ones hold them. None where no row has a match, when the device reads the host freely
+        (no history, not in the prefill): the many steps of a text that repeats nothing then skip the drafts' gathering
+        and the tree's proposal."""
         device = state.window.device
         end = record.prompt_length + state.generated - int(prefill)  # the certain (or last prompt) token's column
         reads_host = not prefill and device.type in fill.HOST_READS_ARE_FREE
