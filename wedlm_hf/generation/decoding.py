@@ -67,7 +67,7 @@ def wedlm_decode(
     Takes the `wedlm_*` keywords of options.py (`wedlm_lossless` for output identical to greedy AR, with its drafts
     and prompt lookup; `wedlm_blockwise`, the paper's baseline; `wedlm_static`, fixed shapes) and `mask_token_id`,
     else the generation config's attributes of those names, else `WeDLMSettings`' defaults. Prefer
-    `generate(decoding="wedlm")` (via `enable`): transformers 5.x hands a callable no streamer nor tokenizer.
+    `generate(decoding="wedlm")` (via `enable`): transformers 5.x hands a callable neither streamer nor tokenizer.
     """
     with torch.inference_mode():  # no autograd bookkeeping per op: ~8% of a CPU decode of the embedded model
         setup = prepare_decoding(
