@@ -20,14 +20,15 @@ def register() -> None:
     from .checks import install_request_checks
     from .config import register_config
     from .counters import install_worker_method
+    from .metrics import install_metrics
 
     register_config()
     install_request_checks()
     install_worker_method()
+    install_metrics()
 
 
 def stats(llm, reset: bool = False) -> dict[str, int]:
-    """The drafter's own counters for an `LLM` (vLLM's acceptance metrics count every mask slot as a rejected
-    draft): forwards and tokens of the requests it saw, drafts verified and accepted, mask slots fed. `reset`
-    zeroes them after reading."""
+    """The drafter's own counters for an `LLM`: forwards and returned tokens of the requests it saw, drafts verified
+    and accepted (mask slots not counted), mask slots fed. `reset` zeroes them after reading."""
     return llm.collective_rpc("wedlm_stats", args=(reset,))[0]

@@ -2,9 +2,9 @@
 they run, only through a method of the worker)."""
 
 COUNTERS = ("forwards", "tokens", "drafted", "accepted", "mask_slots")
-"""Summed over requests: forwards (one per request per forward that gave it tokens), tokens vLLM accepted (the last
-forward of a request may accept some past its `max_tokens`, which vLLM drops), drafts verified (mask slots not
-counted), drafts accepted, mask slots fed."""
+"""Summed over requests: forwards (one per request per forward that gave it tokens), tokens returned (those vLLM
+accepted, up to the request's `max_tokens` and first stop token), drafts verified (mask slots not counted), drafts
+accepted, mask slots fed."""
 
 
 def zeroed() -> dict[str, int]:

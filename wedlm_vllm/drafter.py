@@ -7,8 +7,9 @@ drafts). When every draft of a request passes, the mask slots after the one at t
 next drafts; after a rejection they saw a wrong token and are dropped. vLLM's rejection sampler verifies every
 draft (a mask slot too: it is rejected unless the model itself emits the mask id), so the output is the model's.
 
-The drafter reads the forward through a hook on the model (`capture.py`) and keeps no state between forwards
-beyond counters: a request's width comes from its last forward (`schedule.py`).
+Everything the drafter reads is computed outside the model's forward (`step.py`): the logits vLLM's runner
+computes at every fed position, and the step's scheduling. It keeps no state between steps beyond counters: a
+request's width comes from its last forward (`schedule.py`).
 """
 
 import functools
@@ -16,23 +17,17 @@ import functools
 import numpy as np
 import torch
 from vllm.config import VllmConfig
-from vllm.logger import init_logger
 
-from .capture import ForwardCapture
+from .checks import request_slots
 from .config import check_model
 from .counters import zeroed
 from .options import DRAFTER_CLASS, DrafterOptions
 from .schedule import LastForward, next_width, split
+from .step import LogitsTap, Row, install_hand_off, read_rows
 
 LOOKUP_NGRAM = 2
 LOOKUP_TOKENS = 10
 """Prompt lookup: the n-gram that must match, and the most tokens one match drafts (`wedlm_hf`'s defaults)."""
-WHOLE_GRAPH = (
-    "WeDLM drafting saw no forward: vLLM replayed it as a whole CUDA graph, so requests decode one token per "
-    "forward; pass compilation_config={'cudagraph_mode': 'PIECEWISE'} (or enforce_eager=True) to draft"
-)
-
-logger = init_logger(__name__)
 
 
 class WeDLMDrafter:
@@ -45,18 +40,23 @@ class WeDLMDrafter:
         self.mask_token_id = check_model(model_config.hf_config, list(model_config.architectures), self.options)
         self.budget = vllm_config.speculative_config.num_speculative_tokens
         self.max_model_len = model_config.max_model_len
-        self.capture: ForwardCapture | None = None
-        self.seen = 0
-        """`capture.count` at the last proposal."""
+        self.tap: LogitsTap | None = None
+        self.rows: list[Row] | None = None
+        """The step just run, one row per request (`read_step`); None where it could not be read."""
         self.stats = zeroed()
         if self.options.prompt_lookup:  # vLLM's own n-gram search (compiled by numba on import)
             from vllm.v1.spec_decode.ngram_proposer import _find_longest_matched_ngram_and_propose_tokens
 
             self._lookup = _find_longest_matched_ngram_and_propose_tokens
+        install_hand_off()
 
     def load_model(self, model: torch.nn.Module) -> None:
-        """vLLM hands over the target model: its forwards are what the drafter reads."""
-        self.capture = ForwardCapture(model)
+        """vLLM hands over the target model: the logits it computes are what the drafter reads."""
+        self.tap = LogitsTap(model)
+
+    def read_step(self, runner, scheduler_output, spec_decode_metadata) -> None:
+        """Called by the runner before `propose` (`step.install_hand_off`)."""
+        self.rows = read_rows(runner, scheduler_output, spec_decode_metadata, self.mask_token_id, request_slots)
 
     def propose(
         self,
@@ -66,72 +66,66 @@ class WeDLMDrafter:
         slot_mappings=None,
     ) -> list[list[int]]:
         """Per request (rows of vLLM's input batch, in the forward's order): drafts, then mask slots."""
-        forward, rows = self.capture.last, len(sampled_token_ids)
-        if self.capture.count == self.seen:  # replayed as a whole CUDA graph: nothing read, no drafts
-            logger.warning_once(WHOLE_GRAPH)
-            return [[] for _ in range(rows)]
-        self.seen = self.capture.count
-        starts = forward.query_start_loc[: rows + 1].tolist()
-        ids = forward.input_ids[: starts[-1]].tolist()
-        positions = forward.positions[: starts[-1]].tolist()
+        rows, logits = self.rows, self.tap.take()
+        self.rows = None
+        if rows is None or len(rows) < len(sampled_token_ids):  # not read: no drafts this step, output unchanged
+            return [[] for _ in sampled_token_ids]
         plans, wanted = [], []
-        for row, sampled in enumerate(sampled_token_ids):
+        for row, sampled in zip(rows, sampled_token_ids):
             if not sampled:  # a prompt chunk before the last
                 plans.append(None)
                 continue
-            start, end = starts[row], starts[row + 1]
-            fed, length = end - start, int(num_tokens_no_spec[row])
-            first_mask = end
-            while first_mask > start + 1 and ids[first_mask - 1] == self.mask_token_id:
-                first_mask -= 1
             last = LastForward(
-                drafts=first_mask - start - 1,
-                masks=end - first_mask,
+                drafts=row.drafts,
+                masks=row.masks,
                 accepted=len(sampled) - 1,
-                # a prompt's last chunk: several tokens fed, one sampled after all of them
-                prefill=fed > 1 and len(sampled) == 1 and length == positions[start] + fed + 1,
-                length=length,
+                prefill=row.prefill(sampled),
+                length=row.outputs,
             )
-            self._count(last, len(sampled))
+            self._count(last, row.returned(sampled))
             usable = not last.prefill and last.accepted == last.drafts and last.masks >= 2
-            predicted = range(first_mask + 1, end) if usable else range(0)
-            plans.append((last, len(wanted), len(predicted)))
+            first_mask = row.logits_start + 1 + row.drafts  # the slot at the new token's own position
+            predicted = range(first_mask + 1, first_mask + row.masks) if usable else range(0)
+            plans.append((last, row, len(wanted), len(predicted)))
             wanted.extend(predicted)
-        predictions = self._predict(forward.hidden_states, wanted)
+        predictions = self._predict(logits, wanted)
         return [
-            [] if plan is None else self._row_drafts(plan, predictions, row, num_tokens_no_spec, token_ids_cpu)
-            for row, plan in enumerate(plans)
+            [] if plan is None else self._row_drafts(plan, predictions, index, num_tokens_no_spec, token_ids_cpu)
+            for index, plan in enumerate(plans)
         ]
 
-    def _row_drafts(self, plan, predictions, row, num_tokens_no_spec, token_ids_cpu) -> list[int]:
-        last, offset, count = plan
+    def _row_drafts(self, plan, predictions, index, num_tokens_no_spec, token_ids_cpu) -> list[int]:
+        last, row, offset, count = plan
+        budget = self.budget if row.slots is None else min(self.budget, row.slots)
+        width = next_width(last, budget)
+        if width == 0 and (budget == 0 or not self.options.prompt_lookup):
+            return []
         drafts = []
         for token in predictions[offset : offset + count]:  # the leading run that is no mask id
             if token == self.mask_token_id:
                 break
             drafts.append(token)
-        width = next_width(last, self.budget)
         if not drafts and self.options.prompt_lookup:
-            drafts = self._lookup_drafts(token_ids_cpu[row, : num_tokens_no_spec[row]])
+            drafts = self._lookup_drafts(token_ids_cpu[index, : num_tokens_no_spec[index]])[:budget]
             if width == 0:
                 return drafts
         kept, masks = split(width, len(drafts))
         return drafts[:kept] + [self.mask_token_id] * masks
 
-    def _predict(self, hidden_states: torch.Tensor, rows: list[int]) -> list[int]:
-        """The argmax token of each of these rows of the forward (one logits call for the whole batch)."""
-        if not rows:
+    def _predict(self, logits: torch.Tensor | None, rows: list[int]) -> list[int]:
+        """The argmax token of each of these rows of the step's logits (one gather for the whole batch); none
+        where the logits are missing (a tensor-parallel rank that holds no logits) or shorter than the rows."""
+        if not rows or logits is None or logits.shape[0] <= rows[-1]:
             return []
-        logits = self.capture.model.compute_logits(hidden_states[torch.tensor(rows, device=hidden_states.device)])
-        return [] if logits is None else logits.argmax(dim=-1).tolist()  # None: a tensor-parallel rank but the first
+        return logits[torch.tensor(rows, device=logits.device)].argmax(dim=-1).tolist()
 
     def _lookup_drafts(self, tokens: np.ndarray) -> list[int]:
         found = self._lookup(tokens, LOOKUP_NGRAM, LOOKUP_NGRAM, self.max_model_len, LOOKUP_TOKENS)
         return [] if found is None else [int(token) for token in found]
 
-    def _count(self, last: LastForward, tokens: int) -> None:
+    def _count(self, last: LastForward, returned: int) -> None:
         self.stats["forwards"] += 1
-        self.stats["tokens"] += tokens
+        self.stats["tokens"] += returned
         if not last.prefill:
             self.stats["drafted"] += last.drafts
             self.stats["accepted"] += last.accepted

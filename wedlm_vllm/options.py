@@ -14,6 +14,10 @@ DRAFTER_CLASS = "WeDLMDrafter"
 DEFAULT_SLOTS = 24
 """Draft tokens (real drafts and mask slots) a request may add to one forward: `num_speculative_tokens`."""
 
+REQUEST_SLOTS = "wedlm_slots"
+"""`SamplingParams(extra_args={"wedlm_slots": N})` (the OpenAI server's `vllm_xargs`): this request adds at most N
+draft tokens to a forward; 0 switches WeDLM drafting off for it."""
+
 _SEGMENT = re.compile(r"(mask_token_id)_(\d+)|(prompt_lookup)")
 
 

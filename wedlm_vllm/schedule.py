@@ -57,3 +57,12 @@ def split(width: int, predictions: int) -> tuple[int, int]:
     at most half the width drafts, so as many mask slots predict the next forward's drafts."""
     drafts = min(predictions, width // 2)
     return drafts, width - drafts
+
+
+def mask_slots(spec_tokens, mask_token_id: int) -> int:
+    """How many of a request's scheduled draft tokens are mask slots: the run of mask ids at their end."""
+    tokens = list(spec_tokens)
+    kept = len(tokens)
+    while kept and tokens[kept - 1] == mask_token_id:
+        kept -= 1
+    return len(tokens) - kept
