@@ -1,4 +1,4 @@
-"""Serve a model through `transformers serve` (OpenAI-compatible HTTP API) with WeDLM decoding."""
+"""Serve a model over an OpenAI-compatible HTTP API with WeDLM decoding (wedlm_hf/serving)."""
 
 import argparse
 

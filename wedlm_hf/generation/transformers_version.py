@@ -3,10 +3,12 @@
 Exported remote code is loaded by whatever transformers the user has; an older one fails deep inside a class
 definition (4.x raises `StrictDataclassDefinitionError` on the config), so the check comes first and names the fix.
 
-The oldest supported release, 5.19, is the newest that vLLM's CPU build (0.32) accepts; 5.24 is the newest tested.
+The oldest supported release, 5.19, is the newest that vLLM's CPU build (0.32) accepts; 5.25 is the newest tested.
 What differs between them, by the release that changed it:
+- 5.25 rewrote transformers serve (each model in a process of its own) after 5.24 had reshaped its classes: `wedlm-hf
+  serve`, which used to replace those classes, is now a server of this package's own on transformers' public API
+  (serving/server.py), the same on every release, and uses no private part of transformers serve;
 - 5.24 renamed a model forward's `past_key_values` to `cache`: `CACHE_KEYWORD`;
-- 5.24 reshaped transformers serve's classes, which `wedlm-hf serve` subclasses: refused before (`SERVING_MINIMUM`);
 - 5.24 gave GPT-J and CodeGen a RoPE module: refused before (generation/support.py);
 - 5.23 renamed `TrainingArguments(gradient_checkpointing=)` to `activation_checkpointing`: `CHECKPOINTING_ARGUMENT`;
 - 5.21 stopped extending a config's `base_model_tp_plan` on the instance (modeling/configuration_wedlm.py sets it
@@ -19,7 +21,7 @@ import re
 import transformers
 
 TRANSFORMERS_REQUIREMENT = ">=5.19,<6"
-"""The range exported code accepts (the package itself installs the tested 5.19 through 5.24);
+"""The range exported code accepts (the package itself installs the tested 5.19 through 5.25);
 `custom_generate/requirements.txt` is written from it."""
 
 _MINIMUM = (5, 19)
@@ -53,17 +55,3 @@ name still works there, with a deprecation warning; 5.23 and older ignore `cache
 CHECKPOINTING_ARGUMENT = "activation_checkpointing" if INSTALLED >= (5, 23) else "gradient_checkpointing"
 """`TrainingArguments`' switch for recomputing activations in the backward pass: 5.23 renamed
 `gradient_checkpointing` (a deprecated alias from then on)."""
-
-SERVING_MINIMUM = (5, 24)
-"""`wedlm-hf serve` subclasses transformers serve's handlers and model manager as 5.24 shapes them."""
-
-
-def require_transformers(minimum: tuple[int, int], feature: str, extra: str = "") -> None:
-    """Raise ImportError naming `feature`, the release it needs and the pip command when the installed transformers
-    is older than `minimum` (`extra`: the transformers extra the feature installs, e.g. "[serving]")."""
-    if INSTALLED < minimum:
-        release = f"{minimum[0]}.{minimum[1]}"
-        raise ImportError(
-            f"{feature} needs transformers {release} or newer, but transformers {transformers.__version__} is "
-            f"installed. Run: pip install 'transformers{extra}=={release}.*'"
-        )

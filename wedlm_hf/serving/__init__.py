@@ -1,16 +1,10 @@
-"""`wedlm-hf serve`: transformers serve (its OpenAI-compatible server) with WeDLM decoding, through hooks that
-swap what the server looks up by name for one server's lifetime (hooks.py); nothing of the server is rewritten.
+"""`wedlm-hf serve`: an OpenAI-compatible server decoding with WeDLM, on FastAPI and uvicorn.
 
-hooks.py: `serve`, `ServeHooks`, the model manager. handlers.py, requests.py: the endpoint handlers, a request's
-fields with OpenAI's meaning. managers.py, batching.py: which generate manager serves a request (WeDLM's continuous
-batching in batching.py). errors.py: errors in OpenAI's shape.
+server.py: `serve`, `Server`, loading the model. handlers.py: the endpoints. requests.py: a request's fields with
+OpenAI's meaning. managers.py, batching.py: the engines that decode (one `generate` at a time, or WeDLM's
+continuous batching). errors.py: errors in OpenAI's shape.
 """
 
-from ..generation.transformers_version import SERVING_MINIMUM, require_transformers
+from .server import GENERATION_OPTIONS, Server, check_generation_defaults, check_port, serve
 
-# before hooks.py imports transformers serve's classes, which older releases shape differently
-require_transformers(SERVING_MINIMUM, "WeDLM serving (built on transformers serve's classes)", extra="[serving]")
-
-from .hooks import GENERATION_OPTIONS, ServeHooks, WeDLMModelManager, WeDLMServe, check_port, serve
-
-__all__ = ["GENERATION_OPTIONS", "ServeHooks", "WeDLMModelManager", "WeDLMServe", "check_port", "serve"]
+__all__ = ["GENERATION_OPTIONS", "Server", "check_generation_defaults", "check_port", "serve"]

@@ -1,142 +1,82 @@
-"""`transformers serve` (the OpenAI-compatible server of transformers) with WeDLM decoding.
+"""`wedlm-hf serve`: one model behind the OpenAI API (handlers.py), served by uvicorn, decoding with WeDLM: the model
+is loaded as `generate` loads it, passed through `wedlm_hf.enable`, and its generation config, which every request's
+is copied from, gets `decoding="wedlm"` and the server's defaults.
 
-The server loads a model by looking its architecture up by name in the `transformers` namespace, so it finds
-neither `WeDLMForCausalLM` nor `auto_map`, and it never passes `decoding`. `ServeHooks` fixes both for one server's
-lifetime and leaves the server itself untouched: the WeDLM classes are made visible under their names, and the
-server builds a `ModelManager` subclass that enables each loaded model and makes WeDLM the default of its
-generation config, which every request's config is copied from. It also builds subclasses of transformers'
-endpoint handlers (handlers.py: OpenAI's meaning of the sampling fields, the model named as the user named it), a
-`GenerationState` subclass (managers.py: a request's seed and penalties handed to `generate`; with continuous
-batching, WeDLM's own batching manager, batching.py, instead of transformers' paged-attention one) and its app with
-OpenAI-shaped errors (errors.py). Each server's settings live in its own manager and state; `WeDLMServe` installs
-the hooks when it starts and removes them when it stops.
+The server is this package's own, on FastAPI and uvicorn (the `serve` extra installs them with transformers'
+serving dependencies), not `transformers serve`: that server looks a checkpoint's architecture up by name in the
+`transformers` namespace and never passes `decoding`, so serving WeDLM through it meant replacing its private
+classes, which 5.24 reshaped and 5.25 rewrote (each model then runs in a process of its own, out of reach of a
+replaced class). This one uses transformers' public API only, on every release the package accepts.
 """
 
 import errno
-import functools
 import socket
+import threading
+import time
 from collections.abc import Callable
 
-from transformers import GenerationConfig, PreTrainedModel
-from transformers.cli.serve import Serve
-from transformers.cli.serving import model_manager
-from transformers.cli.serving.utils import split_revision
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 import wedlm_hf
 from wedlm_hf.generation.options import BY_KEYWORD, SERVE, exposed_to
 
+from .batching import BatchingEngine
+from .managers import Engine, GenerateEngine
+
 GENERATION_OPTIONS = tuple(option.keyword for option in exposed_to(SERVE))
 """Generation config attributes that `serve` may set for every request."""
-WEDLM_CLASSES = (wedlm_hf.WeDLMForCausalLM, wedlm_hf.WeDLMModel, wedlm_hf.WeDLMConfig)
-_MISSING = object()
+SHUTDOWN_GRACE_S = 5
+"""How long a stopping server waits for the answers still being written."""
 
 
-class WeDLMModelManager(model_manager.ModelManager):
-    """Loads models as transformers serve does, then gives them `decoding="wedlm"` and this server's defaults."""
-
-    def __init__(self, *args, generation_defaults: dict, served_names: dict | None = None, **kwargs):
-        # before `super().__init__`, which may load the model
-        self.generation_defaults = dict(generation_defaults)
-        self.served_names = dict(served_names or {})
-        """Model name a client sends (the one the user gave `serve`, e.g. `wedlm-tiny-code`) -> the folder loaded."""
-        super().__init__(*args, **kwargs)
-
-    def _folder(self, model_id_and_revision: str, gguf_file: str | None) -> tuple[str, str | None]:
-        model_id, _ = split_revision(model_id_and_revision)
-        name = model_id if gguf_file is None else f"{model_id}:{gguf_file}"
-        return (self.served_names[name], None) if name in self.served_names else (model_id_and_revision, gguf_file)
-
-    def _load_processor(self, model_id_and_revision: str, gguf_file: str | None = None):
-        return super()._load_processor(*self._folder(model_id_and_revision, gguf_file))
-
-    def _load_model(self, model_id_and_revision: str, *args, gguf_file: str | None = None, **kwargs) -> PreTrainedModel:
-        folder, gguf_file = self._folder(model_id_and_revision, gguf_file)
-        model = wedlm_hf.enable(super()._load_model(folder, *args, gguf_file=gguf_file, **kwargs))
-        config: GenerationConfig = model.generation_config
-        config.decoding = "wedlm"
-        for name, value in self.generation_defaults.items():
-            setattr(config, name, value)
-        return model
+def check_generation_defaults(generation_defaults: dict) -> None:
+    """Raise a ValueError for a default `serve` cannot set, or a value its option refuses."""
+    unknown = set(generation_defaults) - set(GENERATION_OPTIONS)
+    if unknown:
+        raise ValueError(f"serve cannot set {sorted(unknown)}; settable: {', '.join(GENERATION_OPTIONS)}")
+    for name, value in generation_defaults.items():
+        BY_KEYWORD[name].checked(value)
 
 
-class ServeHooks:
-    """What `transformers serve` looks up by name, pointed at WeDLM's classes between `install()` and
-    `uninstall()` (or inside `with`): the model classes in the `transformers` namespace, the endpoint handlers and
-    app factory, and the `ModelManager` and `GenerationState` (with `batching`, `WeDLMCBGenerateManager` options)
-    the server builds, bound to these settings; `served_names` maps the names clients send to the folders loaded.
-    `uninstall` restores exactly what `install` found."""
+class Server:
+    """A loaded model and its engine behind the OpenAI API on `host:port`: `run()` serves until interrupted,
+    `start()` serves from a thread until `stop()`; the engine is closed when serving ends."""
 
-    def __init__(self, generation_defaults: dict, batching: dict | None = None, served_names: dict | None = None):
-        unknown = set(generation_defaults) - set(GENERATION_OPTIONS)
-        if unknown:
-            raise ValueError(f"serve cannot set {sorted(unknown)}; settable: {', '.join(GENERATION_OPTIONS)}")
-        for name, value in generation_defaults.items():
-            BY_KEYWORD[name].checked(value)
-        namespace = model_manager.transformers  # where the server looks architectures up by name
-        self.replacements = [(namespace, cls.__name__, cls) for cls in WEDLM_CLASSES]
-        manager = functools.partial(
-            WeDLMModelManager, generation_defaults=generation_defaults, served_names=served_names or {}
+    def __init__(
+        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str, engine: Engine, host: str,
+        port: int, log_level: str = "warning",
+    ):
+        import uvicorn
+
+        from .handlers import build_app
+
+        self.model, self.tokenizer, self.name, self.engine = model, tokenizer, name, engine
+        self.created = int(time.time())
+        config = uvicorn.Config(
+            build_app(self), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=SHUTDOWN_GRACE_S
         )
-        self.replacements.append((model_manager, "ModelManager", manager))
-        # where `Serve` looks them up when it starts (imported here: they need the serving dependencies)
-        from transformers.cli.serving import chat_completion, completion, response, server
-        from transformers.cli.serving import utils as serving_utils
+        self.uvicorn = uvicorn.Server(config)
+        self.thread: threading.Thread | None = None
 
-        from . import errors, handlers
-        from .managers import WeDLMGenerationState
+    @property
+    def started(self) -> bool:
+        """Whether it listens."""
+        return self.uvicorn.started
 
-        self.replacements += [
-            (chat_completion, "ChatCompletionHandler", handlers.WeDLMChatCompletionHandler),
-            (completion, "CompletionHandler", handlers.WeDLMCompletionHandler),
-            (response, "ResponseHandler", handlers.WeDLMResponseHandler),
-            (server, "build_server", errors.build_server),
-            (serving_utils, "GenerationState", functools.partial(WeDLMGenerationState, batching=batching)),
-        ]
-        self.saved: list[tuple[object, str, object]] = []
-
-    def install(self) -> None:
-        if self.saved:
-            raise RuntimeError("these serve hooks are already installed")
-        for owner, name, value in self.replacements:
-            self.saved.append((owner, name, owner.__dict__.get(name, _MISSING)))
-            setattr(owner, name, value)
-
-    def uninstall(self) -> None:
-        while self.saved:
-            owner, name, value = self.saved.pop()
-            if value is _MISSING:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, value)
-
-    def __enter__(self) -> "ServeHooks":
-        self.install()
-        return self
-
-    def __exit__(self, *exception) -> None:
-        self.uninstall()
-
-
-class WeDLMServe(Serve):
-    """transformers' `Serve` with `ServeHooks` installed for its lifetime: until it returns (blocking), or until
-    `kill_server()` (`non_blocking=True`)."""
-
-    def __init__(self, hooks: ServeHooks, **server_options):
-        self.hooks = hooks
-        hooks.install()
+    def run(self) -> None:
         try:
-            super().__init__(**server_options)
-        except BaseException:
-            hooks.uninstall()
-            raise
-        if not server_options.get("non_blocking"):
-            hooks.uninstall()
-
-    def kill_server(self) -> None:
-        try:
-            super().kill_server()
+            self.uvicorn.run()
         finally:
-            self.hooks.uninstall()
+            self.engine.close()
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self.run, name="wedlm-serve", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.uvicorn.should_exit = True
+        if self.thread is not None:
+            self.thread.join(SHUTDOWN_GRACE_S * 2)
 
 
 def check_port(host: str, port: int) -> None:
@@ -155,6 +95,21 @@ def check_port(host: str, port: int) -> None:
         raise OSError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
 
 
+def load(
+    model: str, generation_defaults: dict, device: str = "auto", dtype: str = "auto"
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """`model` (a name or path `from_pretrained` reads) WeDLM-enabled, with `decoding="wedlm"` and
+    `generation_defaults` on its generation config."""
+    from wedlm_hf.loading import load_model_and_tokenizer
+
+    loaded, tokenizer = load_model_and_tokenizer(model, dtype=dtype, device_map=device)
+    loaded = wedlm_hf.enable(loaded)
+    loaded.generation_config.decoding = "wedlm"
+    for name, value in generation_defaults.items():
+        setattr(loaded.generation_config, name, value)
+    return loaded, tokenizer
+
+
 def serve(
     model: str,
     *,
@@ -164,22 +119,30 @@ def serve(
     batching: dict | None = None,
     name: str | None = None,
     announce: Callable[[], None] | None = None,
-    **server_options,
-) -> WeDLMServe:
-    """Run `transformers serve` pinned to `model`: until interrupted, or in a thread with `non_blocking=True`
-    (then stop it with the returned server's `kill_server()`); with `batching` (max_batch_size, max_batch_tokens),
+    device: str = "auto",
+    dtype: str = "auto",
+    log_level: str = "warning",
+    block: bool = True,
+) -> Server:
+    """Serve `model` until interrupted, or with `block=False` from a thread (stop it with the returned server's
+    `stop()`); with `batching` (`BatchingEngine`'s options: max_batch_size, max_batch_tokens, draft_history),
     requests are continuously batched by WeDLM's scheduler. `name` (default: `model`) is the model id clients
     send, `/v1/models` lists and responses name. An OSError says so at once if the port cannot be listened on;
     `announce` is called once it can, before the model loads."""
-    from transformers.utils.import_utils import is_serve_available
-
-    if not is_serve_available():
-        raise ImportError("`wedlm-hf serve` needs transformers' serving dependencies: pip install 'wedlm-hf[serve]'")
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        raise ImportError("`wedlm-hf serve` needs FastAPI and uvicorn: pip install 'wedlm-hf[serve]'") from None
+    check_generation_defaults(generation_defaults)
     check_port(host, port)
     if announce is not None:
         announce()
-    name = name or model
-    hooks = ServeHooks(generation_defaults, batching, served_names={name: model} if name != model else None)
-    return WeDLMServe(
-        hooks, force_model=name, host=host, port=port, continuous_batching=batching is not None, **server_options
-    )
+    loaded, tokenizer = load(model, generation_defaults, device, dtype)
+    engine = GenerateEngine(loaded, tokenizer) if batching is None else BatchingEngine(loaded, tokenizer, **batching)
+    server = Server(loaded, tokenizer, name or model, engine, host, port, log_level)
+    if block:
+        server.run()
+    else:
+        server.start()
+    return server
