@@ -36,6 +36,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--set", action="append", required=True, metavar="NAME=FILE.jsonl", help="a prompt set")
     parser.add_argument("--slots", type=int, default=wedlm_vllm.DEFAULT_SLOTS, help="num_speculative_tokens")
     parser.add_argument("--prompt-lookup", action="store_true")
+    parser.add_argument("--eager", action="store_true", help="enforce_eager=True (default: vLLM's compilation)")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", default=None, metavar="PATH", help="write the results as JSON")
@@ -86,7 +87,7 @@ def main() -> None:
     for item in args.set:
         name, _, path = item.partition("=")
         sets[name] = [json.loads(line)["prompt"] for line in Path(path).read_text().splitlines() if line.strip()]
-    common = dict(model=args.model, dtype="float32", enforce_eager=True, max_model_len=1024, seed=0)
+    common = dict(model=args.model, dtype="float32", enforce_eager=args.eager, max_model_len=1024, seed=0)
     plain = LLM(**common)
     spec = wedlm_vllm.speculative_config(args.slots, args.mask_token_id, args.prompt_lookup)
     wedlm = LLM(speculative_config=spec, **common)

@@ -3,6 +3,7 @@ vLLM nor `wedlm_hf`, its options round-trip through the drafter's class name, it
 model_type "wedlm" config reads every WeDLM config as `wedlm_hf.WeDLMConfig` does (layout, head size, mask id),
 with a greedy output equal to `WeDLMForCausalLM`'s on the embedded checkpoint."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -16,7 +17,9 @@ import wedlm_hf
 from wedlm_hf import WeDLMConfig, WeDLMForCausalLM
 from wedlm_vllm import DrafterOptions, speculative_config
 from wedlm_vllm.config import WeDLMVllmConfig
-from wedlm_vllm.schedule import PROBE_PERIOD, LastForward, next_width, split
+from wedlm_vllm.checks import request_refusal
+from wedlm_vllm.schedule import PROBE_PERIOD, LastForward, mask_slots, next_width, split
+from wedlm_vllm.step import Row
 
 HUB_CONFIGS = sorted(Path(wedlm_hf.__file__).parent.joinpath("hub_configs").glob("*/config.json"))
 
@@ -76,6 +79,57 @@ def test_width_follows_the_last_forward(last, width):
 
 def test_split_gives_drafts_at_most_half_the_width():
     assert split(24, 30) == (12, 12) and split(24, 5) == (5, 19) and split(2, 0) == (0, 2) and split(0, 4) == (0, 0)
+
+
+def test_mask_slots_are_the_run_of_mask_ids_at_the_end():
+    assert [mask_slots(tokens, 9) for tokens in ([], [9, 9], [5, 9, 9], [9, 5], [5, 6])] == [0, 2, 2, 0, 0]
+
+
+def row(outputs: int, max_tokens: int | None = None, min_tokens: int = 0, stops=()) -> Row:
+    return Row(drafts=0, masks=0, fed_prompt=False, logits_start=0, outputs=outputs, max_tokens=max_tokens,
+               min_tokens=min_tokens, stop_token_ids=frozenset(stops), slots=None)
+
+
+@pytest.mark.parametrize(
+    ("state", "sampled", "returned"),
+    [
+        (row(10), [1, 2, 3], 3),
+        (row(10, max_tokens=9), [1, 2, 3], 2),  # 7 before this step: two more fit the budget
+        (row(10, stops=[2]), [1, 2, 3], 2),  # up to and including the first stop token
+        (row(10, min_tokens=10, stops=[2]), [1, 2, 3], 3),  # a stop token before min_tokens does not stop
+        (row(3, max_tokens=3), [5, 6, 7], 3),  # the prompt step's token and two more
+    ],
+)
+def test_a_row_counts_the_tokens_vllm_returns(state, sampled, returned):
+    assert state.returned(sampled) == returned
+
+
+def test_a_request_is_a_prompt_step_at_its_first_output_or_when_it_fed_its_prompt():
+    assert row(1).prefill([7]) and not row(5).prefill([7])
+    assert dataclasses.replace(row(5), fed_prompt=True).prefill([7])  # a preempted request recomputed
+
+
+class Params:
+    def __init__(self, temperature=0.0, extra_args=None):
+        self.temperature, self.extra_args = temperature, extra_args
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (Params(), None),
+        (Params(extra_args={"wedlm_slots": 0}), None),
+        (Params(extra_args={"wedlm_slots": 24}), None),
+        (Params(extra_args={"wedlm_slots": 25}), "wedlm_slots=25: give an int from 0"),
+        (Params(extra_args={"wedlm_slots": "4"}), "wedlm_slots='4'"),
+        (Params(extra_args={"wedlm_slots": True}), "wedlm_slots=True"),
+        (Params(temperature=1.0), "this request samples"),
+    ],
+)
+def test_request_checks(params, message):
+    refusal = request_refusal(params, on_cpu=True, budget=24)
+    assert refusal is None if message is None else message in refusal
+    assert request_refusal(Params(temperature=0.7), on_cpu=False, budget=24) is None
 
 
 @pytest.mark.parametrize("path", HUB_CONFIGS + [Path(wedlm_hf.DEFAULT_MODEL) / "config.json"], ids=lambda p: p.parent.name)
