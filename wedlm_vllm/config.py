@@ -3,9 +3,12 @@ families admitted, and the mask token id.
 
 A WeDLM checkpoint is a Qwen2.5- or Qwen3-layout model under the standard Qwen weight names (spec section 5), so
 vLLM's own Qwen2/Qwen3 classes run it: the config below names the layout's class as its architecture. Its layout
-rule is `wedlm_hf.modeling.WeDLMConfig`'s (q/k norm exactly when `attention_bias` is false), restated because that
-class needs the package's transformers release (tests/test_vllm_config.py checks that the two agree).
+rule is `WeDLMConfig`'s, from the same file (`wedlm_hf/modeling/layout.py`, loaded here by its path: importing
+it through `wedlm_hf` would load torch and transformers' models in every process vLLM starts).
 """
+
+import importlib.util
+from pathlib import Path
 
 from huggingface_hub.dataclasses import strict
 from transformers import PretrainedConfig
@@ -13,9 +16,19 @@ from transformers.models.qwen3.configuration_qwen3 import Qwen3Config
 
 from .options import DrafterOptions
 
-QWEN_MASK_TOKEN_ID = 151665
-QWEN_VOCAB_SIZES = (151936, 152064)
-"""The public WeDLM checkpoints' mask id, used (as the authors' engine does) for a Qwen vocabulary with none."""
+
+def _load_layout():
+    """`wedlm_hf/modeling/layout.py` as a module of its own, without running `wedlm_hf`'s `__init__`."""
+    package = importlib.util.find_spec("wedlm_hf")  # finds the package without importing it
+    spec = importlib.util.spec_from_file_location(
+        "wedlm_vllm._layout", Path(package.origin).parent / "modeling" / "layout.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+layout = _load_layout()
 
 ADMITTED_ARCHITECTURES = (
     "LlamaForCausalLM",
@@ -42,19 +55,7 @@ class WeDLMVllmConfig(Qwen3Config):
     mask_token_id: int | None = None
 
     def __post_init__(self, **kwargs):
-        if self.head_dim is None:
-            self.head_dim = self.hidden_size // self.num_attention_heads
-        if self.attention_bias is None:
-            self.attention_bias = True if self.qk_norm is None else not self.qk_norm
-        if self.qk_norm is None:
-            self.qk_norm = not self.attention_bias
-        if self.qk_norm == self.attention_bias:
-            raise ValueError(
-                f"WeDLM config has attention_bias={self.attention_bias} and qk_norm={self.qk_norm}: WeDLM layers "
-                "have q/k norm exactly when attention_bias is false; remove `qk_norm` from config.json"
-            )
-        if self.mask_token_id is None and self.vocab_size in QWEN_VOCAB_SIZES:
-            self.mask_token_id = QWEN_MASK_TOKEN_ID
+        layout.apply_layout(self)
         super().__post_init__(**kwargs)
         self.architectures = ["Qwen2ForCausalLM" if self.attention_bias else "Qwen3ForCausalLM"]
 

@@ -12,12 +12,9 @@ from transformers.models.qwen2.configuration_qwen2 import Qwen2Config
 from transformers.models.qwen3.configuration_qwen3 import Qwen3Config
 from transformers.utils import logging
 
-logger = logging.get_logger(__name__)
+from .layout import QWEN_MASK_TOKEN_ID, apply_layout
 
-QWEN_MASK_TOKEN_ID = 151665
-"""The mask id of the public WeDLM checkpoints (the authors' engine falls back to it when a config has none)."""
-QWEN_VOCAB_SIZES = (151936, 152064)
-"""Embedding rows of the Qwen tokenizers' models (152064: Qwen2.5-7B and larger), where that fallback applies."""
+logger = logging.get_logger(__name__)
 
 from ..generation.transformers_version import check_transformers_version
 
@@ -52,28 +49,14 @@ class WeDLMConfig(Qwen3Config):
     mask_token_id: int | None = None
 
     def __post_init__(self, **kwargs):
-        if self.head_dim is None:
-            self.head_dim = self.hidden_size // self.num_attention_heads
-        if self.attention_bias is None:
-            self.attention_bias = True if self.qk_norm is None else not self.qk_norm
-        if self.qk_norm is None:
-            self.qk_norm = not self.attention_bias
-        # the tensor-parallel plan of the layers this layout builds (Qwen2's has no q/k norm entries), on the
-        # instance: transformers 5.20 and older extend it there for tied embeddings (5.21 dropped that)
-        self.base_model_tp_plan = Qwen3Config.base_model_tp_plan if self.qk_norm else Qwen2Config.base_model_tp_plan
-        if self.qk_norm == self.attention_bias:
-            raise ValueError(
-                f"WeDLMConfig got attention_bias={self.attention_bias} and qk_norm={self.qk_norm}, which contradict: "
-                "WeDLM layers have q/k norm exactly when attention_bias is false (Qwen3 layout) and q/k/v bias "
-                "without q/k norm when it is true (Qwen2.5 layout). Remove `qk_norm` from the config (it follows "
-                "`attention_bias`) or set it to `not attention_bias`."
-            )
-        if self.mask_token_id is None and self.vocab_size in QWEN_VOCAB_SIZES:
+        if apply_layout(self):
             logger.warning_once(
                 f"WeDLMConfig has no `mask_token_id`; using {QWEN_MASK_TOKEN_ID}, the mask id of the public WeDLM "
                 "checkpoints, for this Qwen vocabulary."
             )
-            self.mask_token_id = QWEN_MASK_TOKEN_ID
+        # the tensor-parallel plan of the layers this layout builds (Qwen2's has no q/k norm entries), on the
+        # instance: transformers 5.20 and older extend it there for tied embeddings (5.21 dropped that)
+        self.base_model_tp_plan = Qwen3Config.base_model_tp_plan if self.qk_norm else Qwen2Config.base_model_tp_plan
         super().__post_init__(**kwargs)
 
 
