@@ -1,8 +1,9 @@
 """WeDLM drafting inside vLLM against plain vLLM, side by side in one run (run in the vLLM environment).
 
-Both engines are built in this process (each with its own engine-core process) from the same checkpoint; per
-repeat, each prompt runs alone through one and then the other (the order alternating between repeats), so load
-drift hits both alike. Printed per prompt set, `wedlm-hf bench`-style: tokens returned per target forward, the
+Both engines are built in this process (each with its own engine-core process) from the same checkpoint, under
+vLLM's default compilation (`--eager` for enforce_eager); per repeat, each prompt runs alone through one and then
+the other (the order alternating between repeats), so load drift hits both alike; `--concurrent N` sends the set
+repeated to N requests at once instead. Printed per prompt set, `wedlm-hf bench`-style: tokens returned per target forward, the
 forwards as the drafter counts them (vLLM's own acceptance metrics count every mask slot as a rejected draft), target forwards per
 generated token, tokens/s and the median of the per-repeat wall-clock ratios plain / WeDLM, and how many outputs
 are identical to plain vLLM's greedy output.
@@ -37,39 +38,46 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--slots", type=int, default=wedlm_vllm.DEFAULT_SLOTS, help="num_speculative_tokens")
     parser.add_argument("--prompt-lookup", action="store_true")
     parser.add_argument("--eager", action="store_true", help="enforce_eager=True (default: vLLM's compilation)")
+    parser.add_argument("--concurrent", type=int, default=None, metavar="N",
+                        help="send N requests at once (the set repeated), not one prompt at a time")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", default=None, metavar="PATH", help="write the results as JSON")
     return parser.parse_args()
 
 
-def timed(llm: LLM, prompt: str, params: SamplingParams) -> tuple[float, list[int]]:
+def timed(llm: LLM, prompts: list[str], params: SamplingParams) -> tuple[float, list[list[int]]]:
+    """Seconds for `prompts` sent at once, and their token ids."""
     start = time.perf_counter()
-    output = llm.generate([prompt], params, use_tqdm=False)[0].outputs[0]
-    return time.perf_counter() - start, list(output.token_ids)
+    outputs = llm.generate(prompts, params, use_tqdm=False)
+    return time.perf_counter() - start, [list(output.outputs[0].token_ids) for output in outputs]
 
 
 def run_set(plain: LLM, wedlm: LLM, prompts: list[str], args: argparse.Namespace) -> dict:
     params = SamplingParams(temperature=0, max_tokens=args.max_tokens, ignore_eos=False)
     ratios, plain_times, wedlm_times, identical, tokens = [], [], [], 0, 0
+    if args.concurrent:  # one group: the set repeated to `concurrent` requests, all sent at once
+        groups = [[prompts[i % len(prompts)] for i in range(args.concurrent)]]
+    else:
+        groups = [[prompt] for prompt in prompts]
     wedlm_vllm.stats(wedlm, reset=True)
     for repeat in range(args.repeats):
         plain_total = wedlm_total = 0.0
-        for index, prompt in enumerate(prompts):
+        for index, group in enumerate(groups):
             runs = {}
             for name in (("plain", "wedlm") if (repeat + index) % 2 == 0 else ("wedlm", "plain")):
-                runs[name] = timed(plain if name == "plain" else wedlm, prompt, params)
+                runs[name] = timed(plain if name == "plain" else wedlm, group, params)
             plain_total += runs["plain"][0]
             wedlm_total += runs["wedlm"][0]
             if repeat == 0:
-                identical += runs["plain"][1] == runs["wedlm"][1]
-                tokens += len(runs["plain"][1])
+                identical += sum(a == b for a, b in zip(runs["plain"][1], runs["wedlm"][1]))
+                tokens += sum(map(len, runs["plain"][1]))
         ratios.append(plain_total / wedlm_total)
         plain_times.append(plain_total)
         wedlm_times.append(wedlm_total)
     counts = wedlm_vllm.stats(wedlm)
     return {
-        "prompts": len(prompts),
+        "prompts": sum(map(len, groups)),
         "tokens": tokens,
         "forwards_per_token": counts["forwards"] / (tokens * args.repeats),  # tokens returned, not accepted
         "tokens_per_forward": tokens * args.repeats / counts["forwards"],
@@ -95,7 +103,10 @@ def main() -> None:
     for llm in (plain, wedlm):
         llm.generate(["1, 2, 3,"], warm, use_tqdm=False)
     results = {name: run_set(plain, wedlm, prompts, args) for name, prompts in sets.items()}
-    print(f"model {args.model}, {args.slots} slots, {args.max_tokens} new tokens, medians of {args.repeats} repeats")
+    mode = "eager" if args.eager else "compiled"
+    at_once = f"{args.concurrent} requests at once" if args.concurrent else "one request at a time"
+    print(f"model {args.model}, {args.slots} slots, {args.max_tokens} new tokens, {mode}, {at_once}, "
+          f"medians of {args.repeats} repeats")
     print("| set | tokens/forward | forwards/token | plain tok/s | wedlm tok/s | wall-clock plain/wedlm | identical |")
     print("|---|---|---|---|---|---|---|")
     for name, r in results.items():
