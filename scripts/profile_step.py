@@ -21,12 +21,12 @@ import torch
 
 from wedlm_hf.bench import random_model
 from wedlm_hf.bench.prompts import random_prompts
-from wedlm_hf.generation import dynamic, fill, lossless, loop, plain, pool, record
+from wedlm_hf.generation import dynamic, fill, kv_pool, lossless, loop, plain, pool, record
 from wedlm_hf.generation.cache import WeDLMCache
 
 STRATEGY_CLASSES = (
     plain.PlainPolicy, lossless.LosslessPolicy, fill.SlotFiller, record.OutputRecord, dynamic.DynamicBackend,
-    pool.PoolBackend, pool.KVPool, WeDLMCache,
+    pool.PoolBackend, kv_pool.KVPool, WeDLMCache,
 )
 """Every method these classes define is timed (found by introspection, so refactors need no edit here)."""
 CALLING_MODULES = (loop, plain, lossless, fill, dynamic)

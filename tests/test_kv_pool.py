@@ -1,7 +1,8 @@
 """Continuous batching's K/V pool (generation/pool.py) and transactional joins (`DecodeLoop.join`): admitting a
-request writes only its own pool row and exiting frees one, nothing else of the running rows' cache is copied or
-moved; a freed row is taken again, lowest first; a fault while a request joins fails that request alone; a
-request's record is as wide as its budget. Every request still decodes what a `generate` call of its own decodes."""
+request writes only its own pool row and exiting moves at most one running row into the row it frees, so forwards
+feed the running rows alone; a freed row is taken again, lowest first; a fault while a request joins fails that
+request alone; a request's record is as wide as its budget. Every request still decodes what a `generate` call of
+its own decodes."""
 
 import pytest
 import torch
@@ -15,8 +16,10 @@ from wedlm_hf.continuous import GenerationRequest, WeDLMScheduler
 from wedlm_hf.continuous.batch import RunningBatch
 from wedlm_hf.generation.cache import WeDLMCache
 from wedlm_hf.generation.lossless import LosslessPolicy
+from wedlm_hf.generation.kv_pool import KVPool
 from wedlm_hf.generation.pool import GROWTH, GROWTH_COLUMNS, PoolBackend
 from wedlm_hf.generation.record import OutputRecord
+from wedlm_hf.generation.transformers_version import CACHE_KEYWORD
 
 
 def requests_of(prompts, budgets):
@@ -28,28 +31,45 @@ def pool_tensors(scheduler) -> list[torch.Tensor]:
 
 
 @pytest.mark.parametrize("wedlm", [{}, {"wedlm_lossless": True}], ids=str)
-def test_admission_writes_only_the_new_rows_and_exit_moves_nothing(monkeypatch, wedlm):
+def test_admission_writes_only_the_new_rows_and_exit_moves_at_most_one_row_each(monkeypatch, wedlm):
     """Across every admission and exit the pool's K/V stay the same tensors; an admission changes no byte outside
-    the pool rows it hands out, and those take the lowest free rows, freed ones included."""
+    the pool rows it hands out (the lowest free ones); an exit moves at most one running row per row that left,
+    into a freed row, so the running rows always hold the first pool rows and every forward feeds them alone."""
     model = wedlm_hf.enable(tiny_model("wedlm"))
     config = server_config(model, **wedlm)
     scheduler = WeDLMScheduler(model, config, max_batch_size=3, max_sequence_length=64)
+    pool = scheduler.batch.pool
     monkeypatch.setattr(WeDLMCache, "joined", None)  # the growing cache's concatenation is never reached
-    admissions, start = [], RunningBatch.start
+    admissions, exits, fed_rows = [], [], []
+    start, select_rows = RunningBatch.start, PoolBackend.select_rows
 
     def watched_start(batch, group):  # records what it sees (an exception here would fail the request)
-        pool = batch.pool
         before = [t.clone() for t in pool_tensors(scheduler)] if pool.cache.end is not None else None
         held, free = list(pool.pool_rows), [row for row in range(3) if row not in pool.pool_rows]
         start(batch, group)
         new = pool.pool_rows[len(held) :]
-        untouched = [row for row in range(3) if row not in new]
-        changed = before is not None and any(
+        admissions.append((new, pool.pool_rows[: len(held)] == held, new == free[: len(new)], changed(before, new)))
+
+    def watched_select_rows(backend, index, kept):
+        before, leaving = [t.clone() for t in pool_tensors(scheduler)], len(backend.pool_rows) - len(kept)
+        select_rows(backend, index, kept)
+        freed = [row for row in range(3) if row not in backend.pool_rows]
+        moved = [row for row in range(3) if changed(before, [r for r in range(3) if r != row])]
+        exits.append((all(row not in freed for row in moved) and len(moved) <= leaving, backend.pool_rows, moved))
+
+    def changed(before, written) -> bool:
+        untouched = [row for row in range(3) if row not in written]
+        return before is not None and any(
             not torch.equal(old[untouched], now[untouched]) for old, now in zip(before, pool_tensors(scheduler))
         )
-        admissions.append((new, pool.pool_rows[: len(held)] == held, new == free[: len(new)], changed))
+
+    def count_fed_rows(_, args, kwargs):
+        if isinstance(kwargs.get(CACHE_KEYWORD), KVPool):
+            fed_rows.append((kwargs["input_ids"].shape[0], len(pool.pool_rows)))
 
     monkeypatch.setattr(RunningBatch, "start", watched_start)
+    monkeypatch.setattr(PoolBackend, "select_rows", watched_select_rows)
+    model.register_forward_pre_hook(count_fed_rows, with_kwargs=True)
     pointers = []
 
     def same_tensors(s):
@@ -63,9 +83,14 @@ def test_admission_writes_only_the_new_rows_and_exit_moves_nothing(monkeypatch, 
     assert all(held_stay for _, held_stay, _, _ in admissions)
     assert all(lowest_free for _, _, lowest_free, _ in admissions)
     assert not any(changed for *_, changed in admissions), "an admission wrote outside the pool rows it took"
-    reused = [row for rows, *_ in admissions[1:] for row in rows]
-    assert 0 in reused, "a pool row freed by an ended request is taken again"
-    assert scheduler.batch.pool.pool_rows == []
+    taken = [set(rows) for rows, *_ in admissions]
+    assert any(later & set().union(*taken[:i]) for i, later in enumerate(taken)), "freed pool rows are taken again"
+    assert all(moves_at_most_one for moves_at_most_one, *_ in exits), "an exit moved more than it freed"
+    assert any(moved for *_, moved in exits), "no exit below a running row"
+    assert all(sorted(rows) == list(range(len(rows))) for _, rows, _ in exits), "the running rows hold a pool prefix"
+    assert fed_rows and all(fed == running for fed, running in fed_rows), "a forward fed rows that are not running"
+    assert any(running < 3 for _, running in fed_rows)
+    assert pool.pool_rows == []
 
 
 def test_a_growing_pool_follows_its_longest_row_and_decodes_as_alone():

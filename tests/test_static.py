@@ -10,8 +10,8 @@ from transformers.testing_utils import CaptureLogger
 
 import wedlm_hf
 from wedlm_hf.generation import settings
+from wedlm_hf.generation.kv_pool import KVPool
 from wedlm_hf.generation.reference import reference_decode
-from wedlm_hf.generation.pool import KVPool
 
 MAX_NEW = 24
 LENGTHS = {"batch1": [9], "padded": [5, 17, 2]}

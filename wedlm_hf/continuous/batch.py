@@ -10,8 +10,9 @@ the first group into an idle batch becomes the loop, and the loop is dropped onc
 the batch only ever holds rows that decode.
 
 The K/V of the running rows live in a pool of `max_batch_size` preallocated rows (generation/pool.py): a joining
-row's K/V are copied into a free pool row and nothing else moves, and a row that ends frees its pool row, so no
-admission or exit copies the running rows' cache. The pool's columns are the longest sequence a request may
+row's K/V are copied into the lowest free pool row and nothing else moves, and a row that ends frees its pool row
+for the running row in the highest one (one row's K/V copied), so no admission or exit copies the running rows'
+cache and every forward feeds the running rows alone. The pool's columns are the longest sequence a request may
 reach (`max_sequence_length`, when the caller gives one) or grow with the longest running row. Without
 the pool (`kv_pool=False`, or an attention implementation that takes no 4D mask, such as FlashAttention) the
 rows share one growing cache, which every admission concatenates and every exit index-selects.

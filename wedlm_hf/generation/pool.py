@@ -1,137 +1,43 @@
 """A pool of preallocated K/V rows: fixed-shape steps (`wedlm_static`) and continuous batching are one backend.
 
 The dynamic backend (dynamic.py) keeps a batch's K/V as one growing tensor per layer: rows that leave are an
-index-select of all of it, rows that join a concatenation of all of it. Here the K/V live in `KVPool`, a fixed
-(rows, heads, columns, head_dim) tensor per layer, and each running row holds one pool row (a *slot*) for its
-whole life:
+index-select of all of it, rows that join a concatenation of all of it. Here the K/V live in `KVPool` (kv_pool.py),
+a fixed (rows, heads, columns, head_dim) tensor per layer, and each running row holds one pool row (a *slot*):
 
 - a pool row's K/V are contiguous from column 0: the prompt, then the committed tokens (`end`: how many). Each
-  forward writes a row's window at its own columns from `end` on (`RowWriteLayer`), the commit moves `end` past
-  the kept K/V, and what it does not keep is overwritten by the next window; nothing is cropped or moved;
+  forward writes a row's window at its own columns from `end` on (`kv_pool.RowWriteLayer`), the commit moves
+  `end` past the kept K/V, and what it does not keep is overwritten by the next window; nothing is cropped;
 - rows enter after their first step (prompt and first window), which runs on the dynamic backend in a batch of
-  their own, as `generate` runs it: `PoolBackend.joined_rows` copies each one's K/V into a free pool row, and
-  nothing else; a row that ends frees its pool row, and nothing moves;
-- free rows are handed out lowest first, so a forward covers the pool rows up to the highest one in use (a view,
-  no copy); free rows among them are fed as dead rows (every query sees only itself), and only the running rows'
-  logits come back. The 4D mask lets a query see its row's K/V before `end` and the live window slots fed before
-  it (feed order is causal order).
+  their own, as `generate` runs it: `PoolBackend.joined_rows` copies each one's K/V into the lowest free pool
+  row, and nothing else;
+- the running rows hold the first pool rows, so a forward's view (no copy) is the running rows alone: the pool
+  row a row frees takes the running row from the highest pool row (one row's K/V copied). Fed as dead rows
+  instead, 4 rows left running among 8 cost a step what 8 rows cost. The 4D mask lets a query see its row's K/V
+  before `end` and the live window slots fed before it (feed order is causal order).
 
 With `fixed_width` (`wedlm_static=True`, or `cache_implementation="static"`), every forward feeds that width over
-every pool row and every column: one shape for the whole call, so `torch.compile` / CUDA graphs capture the step
-once (compiled with `model.get_compiled_call(compile_config)`, transformers' machinery, on CUDA or wherever a
-`compile_config` is given). Without it (continuous batching), a forward feeds the longest running window over the
-columns up to the longest row plus that width (sizes read in the step's one sync). A pool not told its longest
-sequence grows with its longest row, by a quarter at a time (`reserve`): growing copies the running rows' K/V, a
-few times per doubling of the longest row, never at an admission that fits or at an exit, and the pool holds at
-most a quarter (plus 64 columns) more than its longest row needs. Growing by the rows' use rather than their
-budgets keeps a request that may run to the model's position limit from reserving that limit in every row.
+every pool row and every column (ended rows as dead rows: each query sees only itself, and only the running rows'
+logits come back): one shape for the whole call, so `torch.compile` / CUDA graphs capture the step once (compiled
+with `model.get_compiled_call(compile_config)`, transformers' machinery, on CUDA or wherever a `compile_config` is
+given). Without it (continuous batching), a forward feeds the longest running window over the columns up to the
+longest row plus that width (sizes read in the step's one sync). A pool not told its longest sequence grows with
+its longest row, by a quarter at a time (`reserve`): growing copies the running rows' K/V, a few times per
+doubling of the longest row, never at an admission that fits or at an exit, and the pool holds at most a quarter
+(plus 64 columns) more than its longest row needs. Growing by the rows' use rather than their budgets keeps a
+request that may run to the model's position limit from reserving that limit in every row.
 """
 
 import torch
 from transformers import GenerationConfig, PreTrainedModel
-from transformers.cache_utils import Cache, StaticLayer
 
-from .attention import additive_mask, window_attention_kwargs, window_forward
+from .attention import window_attention_kwargs, window_forward
 from .cache import WeDLMCache
+from .kv_pool import KVPool
 from .window import RunningRow, Updates, swap_in
 
 GROWTH = 5 / 4
 GROWTH_COLUMNS = 64
 """A growing pool grows to `GROWTH` times the columns it needs, rounded up to a multiple of `GROWTH_COLUMNS`."""
-
-
-class RowWriteLayer(StaticLayer):
-    """A `StaticLayer` whose rows write their new K/V at their own columns, in a view of the first rows and
-    columns (`KVPool.view`)."""
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, columns: torch.Tensor, view: tuple):
-        rows, length = view
-        keys, values = self.keys[:rows, :, :length], self.values[:rows, :, :length]
-        index = columns[:, None, :, None]
-        keys.scatter_(2, index.expand(-1, keys.shape[1], -1, keys.shape[-1]), key_states)
-        values.scatter_(2, index.expand(-1, values.shape[1], -1, values.shape[-1]), value_states)
-        return keys, values
-
-
-class KVPool(Cache):
-    """`rows` pool rows of `max_cache_len` K/V columns per layer, allocated from the first K/V copied in (their
-    heads, head sizes, dtype and device); builds each forward's 4D mask and write columns itself."""
-
-    max_cache_len: int = 0  # settable: transformers 5.19's `Cache` has a read-only `max_cache_len` (5.20 dropped it)
-
-    def __init__(self, num_layers: int, rows: int, max_cache_len: int, mask_dtype: torch.dtype | None):
-        super().__init__(layers=[RowWriteLayer(max_cache_len) for _ in range(num_layers)])
-        self.rows, self.max_cache_len = rows, max_cache_len
-        self.mask_dtype = mask_dtype
-        """None: a boolean mask (True = attend); a float dtype: an additive mask (eager attention)."""
-        self.end: torch.Tensor | None = None
-        """(rows,) each pool row's K/V columns before its next window (0 for a free row); None until allocated."""
-        self.view = (rows, max_cache_len)
-        self.write_columns: torch.Tensor | None = None
-        """(view rows, fed) the column each token of the next forward writes, set with its mask."""
-
-    def allocate(self, source: WeDLMCache) -> None:
-        """Allocate every layer like `source`'s (one row of it is enough)."""
-        for layer, like in zip(self.layers, source.layers):
-            layer.lazy_initialization(
-                like.keys[:1].expand(self.rows, -1, -1, -1), like.values[:1].expand(self.rows, -1, -1, -1)
-            )
-        self.end = torch.zeros(self.rows, dtype=torch.long, device=source.key_mask.device)
-
-    def grown(self, max_cache_len: int) -> Updates:
-        """Every layer's K/V in `max_cache_len` columns, the current ones copied in front."""
-        updates: Updates = [(self, {"max_cache_len": max_cache_len, "view": (self.rows, max_cache_len)})]
-        for layer in self.layers:
-            values = {"max_cache_len": max_cache_len}
-            if layer.is_initialized:
-                for name in ("keys", "values"):
-                    old = getattr(layer, name)
-                    values[name] = old.new_zeros((*old.shape[:2], max_cache_len, old.shape[-1]))
-                    values[name][:, :, : old.shape[2]] = old
-            updates.append((layer, values))
-        return updates
-
-    def gather_window(self, rows: torch.Tensor, columns: torch.Tensor) -> None:
-        """Pool rows `rows` take, at their window's first columns, the K/V their last forward wrote at window
-        columns `columns` (rows, n): a tree's kept K/V moved into order."""
-        end, last = self.end[rows][:, None], self.max_cache_len - 1
-        source = (end + columns).clamp(max=last)
-        target = (end + torch.arange(columns.shape[1], device=columns.device)).clamp(max=last)
-        for layer in self.layers:
-            for values in (layer.keys, layer.values):  # (indexed: rows, columns, heads, head_dim)
-                values[rows[:, None], :, target] = values[rows[:, None], :, source]
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
-        return self.layers[layer_idx].update(key_states, value_states, self.write_columns, self.view)
-
-    def get_seq_length(self, layer_idx: int = 0) -> torch.Tensor:
-        """The longest row's K/V (a tensor, like `StaticLayer`'s, so no host sync)."""
-        return self.end.max()
-
-    def begin_forward(
-        self, window_live: torch.Tensor, view: tuple[int, int], window_mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """Prepare a forward over the first `view[0]` pool rows and `view[1]` columns, whose windows' live slots
-        are `window_live` (a free row: none): set where it writes and return its (rows, 1, fed, columns) mask
-        (among the fed columns, causal order, or `window_mask` (rows, fed, fed): a tree's)."""
-        rows, length = view
-        fed = window_live.shape[1]
-        end, columns = self.end[:rows], torch.arange(length, device=window_live.device)
-        queries = end[:, None] + columns[None, :fed]
-        offset = columns[None, :] - end[:, None]
-        in_window = (offset >= 0) & (offset < fed) & window_live.bool().gather(1, offset.clamp(0, fed - 1))
-        valid = (offset < 0) | in_window
-        keys = columns[None, None, :]
-        order = keys <= queries[..., None]
-        if window_mask is not None:
-            tree = window_mask.gather(2, offset.clamp(0, fed - 1)[:, None, :].expand(-1, fed, -1))
-            order = torch.where(in_window[:, None, :], tree, order)
-        # every query sees at least itself, so dead queries never meet an all-masked row (NaN)
-        mask = (order & valid[:, None, :]) | (keys == queries[..., None])
-        self.write_columns, self.view = queries, view
-        if self.mask_dtype is not None:
-            mask = additive_mask(mask, self.mask_dtype)
-        return mask[:, None]
 
 
 class PoolBackend:
@@ -194,12 +100,33 @@ class PoolBackend:
             self.longest = values[0]
 
     def select_rows(self, index: torch.Tensor, kept: list[RunningRow]) -> None:
-        """Only running rows `kept` (`index` on the device) go on; the others' pool rows are free, their K/V left
-        where they are."""
+        """Only running rows `kept` (`index` on the device) go on; the others' pool rows are free, and (without
+        `fixed_width`) taken by the running rows above them (`_fill_free_rows`)."""
         gone = torch.ones(len(self.pool_rows), dtype=torch.bool, device=index.device).index_fill_(0, index, False)
         if self.cache.end is not None:
             self.cache.end[self.index] = self.cache.end[self.index].masked_fill(gone, 0)
         self.pool_rows, self.index = [self.pool_rows[row] for row in kept], self.index[index]
+        if self.fixed_width is None:
+            self._fill_free_rows()
+
+    def _fill_free_rows(self) -> None:
+        """Move the running rows held at pool row `len(pool_rows)` or above into the free rows below it (their K/V
+        up to the longest row, and `end`), so the running rows hold the first pool rows and no forward feeds a
+        free one."""
+        count = len(self.pool_rows)
+        free = iter(sorted(set(range(count)) - set(self.pool_rows)))
+        moves = {i: next(free) for i, row in enumerate(self.pool_rows) if row >= count}
+        if not moves:
+            return
+        source = self.index[list(moves)]
+        self.pool_rows = [moves.get(i, row) for i, row in enumerate(self.pool_rows)]
+        self.index = torch.tensor(self.pool_rows, dtype=torch.long, device=self.index.device)
+        target = self.index[list(moves)]
+        for layer in self.cache.layers:
+            for values in (layer.keys, layer.values):
+                values[target, :, : self.longest] = values[source, :, : self.longest]
+        self.cache.end[target] = self.cache.end[source]
+        self.cache.end[source] = 0
 
     def joined_rows(self, other) -> Updates:
         """Rows that ran their first step on `other` (a `DynamicBackend`) take the lowest free pool rows, appended
@@ -236,9 +163,8 @@ class PoolBackend:
         logits_to_keep: int,
         window_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """The forward over the pool rows up to the highest in use (with `fixed_width`, all), the running rows'
-        inputs at their pool rows and dead rows elsewhere, under the pool's 4D mask; returns the running rows'
-        logits."""
+        """The forward over the running rows' pool rows (with `fixed_width`, every pool row, ended ones as dead rows),
+        each row's inputs at its pool row, under the pool's 4D mask; returns the running rows' logits."""
         fed = input_ids.shape[1]
         if self.fixed_width is not None:
             view = (self.cache.rows, self.cache.max_cache_len)
@@ -246,7 +172,7 @@ class PoolBackend:
             self.reserve(self.longest + fed)
             view = (max(self.pool_rows) + 1, self.longest + fed)
         placed = self.pool_rows != list(range(view[0]))
-        if placed:  # the running rows are not pool rows 0, 1, ... in order: scatter them there
+        if placed:  # the running rows are not pool rows 0, 1, ... in order: put them there
             input_ids = self._placed(input_ids, self.mask_id, view[0])
             placed_rows = (self._placed(values, 0, view[0]) for values in (position_ids, window_live, mask_slots))
             position_ids, window_live, mask_slots = placed_rows

@@ -13,7 +13,7 @@ What differs between them, by the release that changed it:
 - 5.23 renamed `TrainingArguments(gradient_checkpointing=)` to `activation_checkpointing`: `CHECKPOINTING_ARGUMENT`;
 - 5.21 stopped extending a config's `base_model_tp_plan` on the instance (modeling/configuration_wedlm.py sets it
   there); 5.20 stopped building a default config to print or save one (configuration_wedlm.py opts out of it) and
-  dropped `Cache`'s read-only `max_cache_len` (generation/pool.py shadows it).
+  dropped `Cache`'s read-only `max_cache_len` (generation/kv_pool.py shadows it).
 """
 
 import re
