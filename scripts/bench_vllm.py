@@ -37,6 +37,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--set", action="append", required=True, metavar="NAME=FILE.jsonl", help="a prompt set")
     parser.add_argument("--slots", type=int, default=wedlm_vllm.DEFAULT_SLOTS, help="num_speculative_tokens")
     parser.add_argument("--prompt-lookup", action="store_true")
+    parser.add_argument("--forward-scale", type=int, default=None, help="fix the cost model's scale (tokens)")
     parser.add_argument("--eager", action="store_true", help="enforce_eager=True (default: vLLM's compilation)")
     parser.add_argument("--concurrent", type=int, default=None, metavar="N",
                         help="send N requests at once (the set repeated), not one prompt at a time")
@@ -97,7 +98,7 @@ def main() -> None:
         sets[name] = [json.loads(line)["prompt"] for line in Path(path).read_text().splitlines() if line.strip()]
     common = dict(model=args.model, dtype="float32", enforce_eager=args.eager, max_model_len=1024, seed=0)
     plain = LLM(**common)
-    spec = wedlm_vllm.speculative_config(args.slots, args.mask_token_id, args.prompt_lookup)
+    spec = wedlm_vllm.speculative_config(args.slots, args.mask_token_id, args.prompt_lookup, args.forward_scale)
     wedlm = LLM(speculative_config=spec, **common)
     warm = SamplingParams(temperature=0, max_tokens=8)
     for llm in (plain, wedlm):
@@ -112,6 +113,9 @@ def main() -> None:
     for name, r in results.items():
         print(f"| {name} | {r['tokens_per_forward']:.2f} | {r['forwards_per_token']:.3f} | {r['plain_tokens_per_s']:.1f} "
               f"| {r['wedlm_tokens_per_s']:.1f} | {r['speedup']:.2f}x | {r['identical']}/{r['prompts']} |")
+    scale = wedlm_vllm.stats(wedlm)["forward_scale"]
+    print(f"cost model: a step carries {scale} tokens for the price of its fixed part (forward_scale, "
+          f"{'fixed' if args.forward_scale else 'measured on the steps run'})")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

@@ -18,6 +18,7 @@ from wedlm_hf import WeDLMConfig, WeDLMForCausalLM
 from wedlm_vllm import DrafterOptions, speculative_config
 from wedlm_vllm.config import WeDLMVllmConfig
 from wedlm_vllm.checks import request_refusal
+from wedlm_vllm.cost import StepCost, priced
 from wedlm_vllm.schedule import PROBE_PERIOD, LastForward, mask_slots, next_width, split
 from wedlm_vllm.step import Row
 
@@ -29,9 +30,12 @@ def test_importing_the_plugin_loads_neither_vllm_nor_wedlm_hf():
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
 
 
-@pytest.mark.parametrize("options", [DrafterOptions(), DrafterOptions(16), DrafterOptions(None, True), DrafterOptions(0, True)])
+@pytest.mark.parametrize(
+    "options",
+    [DrafterOptions(), DrafterOptions(16), DrafterOptions(None, True), DrafterOptions(0, True), DrafterOptions(3, True, 40)],
+)
 def test_options_round_trip_through_the_class_name(options):
-    model = speculative_config(8, options.mask_token_id, options.prompt_lookup)["model"]
+    model = speculative_config(8, options.mask_token_id, options.prompt_lookup, options.forward_scale)["model"]
     module, _, name = model.rpartition(".")
     assert module == "wedlm_vllm.drafter" and name.isidentifier()
     assert DrafterOptions.from_class_name(name) == options
@@ -44,6 +48,7 @@ def test_options_round_trip_through_the_class_name(options):
         (lambda: speculative_config("8"), "num_speculative_tokens must be an int"),
         (lambda: speculative_config(mask_token_id=-1), "mask_token_id must be a token id"),
         (lambda: speculative_config(prompt_lookup="yes"), "prompt_lookup must be True or False"),
+        (lambda: speculative_config(forward_scale=0), "forward_scale must be an int >= 1"),
         (lambda: DrafterOptions.from_class_name("WeDLMDrafter__window_8"), "unknown WeDLM drafter option 'window_8'"),
         (lambda: DrafterOptions.from_class_name("Other"), "not a WeDLM drafter name"),
     ],
@@ -79,6 +84,35 @@ def test_width_follows_the_last_forward(last, width):
 
 def test_split_gives_drafts_at_most_half_the_width():
     assert split(24, 30) == (12, 12) and split(24, 5) == (5, 19) and split(2, 0) == (0, 2) and split(0, 4) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("rows", "scale", "kept"),
+    [
+        (1, 24, 1),  # one request: its drafts pay on any device
+        (8, 24, 8),  # eight on a CPU: drafts that pass still pay
+        (48, 24, 0),  # 48 on a CPU: a step of 25 tokens per request costs more than its drafts return
+        (48, 2048, 48),  # 48 on an accelerator: they pay
+    ],
+)
+def test_drafts_are_kept_where_they_pay_at_the_batch_size(rows, scale, kept):
+    assert sum(width > 0 for width in priced([24] * rows, [1.0] * rows, scale)) == kept
+
+
+def test_the_best_requests_draft_first_and_failing_ones_not_at_all():
+    assert priced([24, 24, 24, 0], [0.05, 1.0, 0.9, 1.0], scale=24) == [0, 24, 24, 0]
+
+
+def test_step_cost_measures_the_scale_and_ignores_idle_gaps():
+    cost = StepCost(prior=24.0)
+    assert cost.scale == 24.0  # nothing measured yet
+    for step in range(400):
+        tokens = 8 + 25 * (step % 7)
+        cost.observe(tokens, 0.002 + 0.0001 * tokens)  # scale 20
+        if step % 50 == 10:
+            cost.observe(tokens, 5.0)  # the engine sat idle: not a step's cost
+    assert cost.scale == pytest.approx(20.0, rel=1e-3)
+    assert StepCost(prior=24.0, override=100.0).scale == 100.0
 
 
 def test_mask_slots_are_the_run_of_mask_ids_at_the_end():

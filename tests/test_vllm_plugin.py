@@ -82,9 +82,13 @@ def strip_forward_hooks(worker) -> int:
     return removed
 
 
+UNPRICED = wedlm_vllm.speculative_config(forward_scale=65536)
+"""Every draft pays, as on an accelerator: forwards compare across engines whatever this machine's timings."""
+
+
 @pytest.fixture(scope="module")
 def tiny_wedlm():
-    llm = LLM(model=str(TINY), speculative_config=wedlm_vllm.speculative_config(), **ENGINE)
+    llm = LLM(model=str(TINY), speculative_config=UNPRICED, **ENGINE)
     yield llm
     del llm
 
@@ -95,7 +99,7 @@ def tiny_compiled():
     import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    llm = LLM(model=str(TINY), speculative_config=wedlm_vllm.speculative_config(), **COMPILED)
+    llm = LLM(model=str(TINY), speculative_config=UNPRICED, **COMPILED)
     llm.collective_rpc(strip_forward_hooks)
     yield llm
     del llm
@@ -174,9 +178,18 @@ def test_chunked_prefill_and_preemption_keep_output_and_drafting(tiny_wedlm, man
     recomputation), under vLLM's default compilation."""
     prompts, reference = many_reference
     eager = tokens_per_forward(tiny_wedlm, prompts, reference, batched=True)
-    llm = LLM(model=str(TINY), speculative_config=wedlm_vllm.speculative_config(), max_num_batched_tokens=32,
-              num_gpu_blocks_override=20, **COMPILED)
+    llm = LLM(model=str(TINY), speculative_config=UNPRICED, max_num_batched_tokens=32, num_gpu_blocks_override=20,
+              **COMPILED)
     assert tokens_per_forward(llm, prompts, reference, batched=True) >= 0.9 * eager
+
+
+def test_drafts_stop_where_the_batch_makes_them_cost_more_than_they_save(many_reference, tiny_reference):
+    """A CPU's cost scale (24 tokens per step's fixed cost): 48 requests at once run as one-token forwards but for
+    probes, one request alone drafts as ever; the output is the same either way."""
+    prompts, reference = many_reference
+    llm = LLM(model=str(TINY), speculative_config=wedlm_vllm.speculative_config(forward_scale=24), **ENGINE)
+    assert tokens_per_forward(llm, prompts, reference, batched=True) < 1.2
+    assert tokens_per_forward(llm, COUNTING, tiny_reference[: len(COUNTING)]) >= 1 / 0.15
 
 
 def test_per_request_control(tiny_wedlm, tiny_reference):

@@ -13,6 +13,8 @@ request's width comes from its last forward (`schedule.py`).
 """
 
 import functools
+import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -20,14 +22,28 @@ from vllm.config import VllmConfig
 
 from .checks import request_slots
 from .config import check_model
+from .cost import DEFAULT_PRIOR_SCALE, PRIOR_SCALE, StepCost, priced
 from .counters import zeroed
 from .options import DRAFTER_CLASS, DrafterOptions
-from .schedule import LastForward, next_width, split
+from .schedule import LastForward, acceptance, is_probe, next_width, split
 from .step import LogitsTap, Row, install_hand_off, read_rows
 
 LOOKUP_NGRAM = 2
 LOOKUP_TOKENS = 10
 """Prompt lookup: the n-gram that must match, and the most tokens one match drafts (`wedlm_hf`'s defaults)."""
+
+
+@dataclass
+class Plan:
+    """One request's next forward: its width (draft tokens) and where its mask-slot predictions sit in the step's."""
+
+    last: LastForward
+    budget: int
+    width: int
+    predicted: range
+    """The rows of the step's logits whose argmax are its next drafts."""
+    offset: int = 0
+    """Where they start among the predictions read."""
 
 
 class WeDLMDrafter:
@@ -44,6 +60,9 @@ class WeDLMDrafter:
         self.rows: list[Row] | None = None
         """The step just run, one row per request (`read_step`); None where it could not be read."""
         self.stats = zeroed()
+        device_type = getattr(getattr(vllm_config, "device_config", None), "device_type", "cuda")
+        self.cost = StepCost(PRIOR_SCALE.get(device_type, DEFAULT_PRIOR_SCALE), self.options.forward_scale)
+        self.last_step_at: float | None = None
         if self.options.prompt_lookup:  # vLLM's own n-gram search (compiled by numba on import)
             from vllm.v1.spec_decode.ngram_proposer import _find_longest_matched_ngram_and_propose_tokens
 
@@ -55,7 +74,12 @@ class WeDLMDrafter:
         self.tap = LogitsTap(model)
 
     def read_step(self, runner, scheduler_output, spec_decode_metadata) -> None:
-        """Called by the runner before `propose` (`step.install_hand_off`)."""
+        """Called by the runner before `propose` (`step.install_hand_off`): the step's rows, and its time (since
+        the last step's proposal) for the cost model."""
+        now = time.perf_counter()
+        if self.last_step_at is not None:
+            self.cost.observe(scheduler_output.total_num_scheduled_tokens, now - self.last_step_at)
+        self.last_step_at = now
         self.rows = read_rows(runner, scheduler_output, spec_decode_metadata, self.mask_token_id, request_slots)
 
     def propose(
@@ -70,7 +94,7 @@ class WeDLMDrafter:
         self.rows = None
         if rows is None or len(rows) < len(sampled_token_ids):  # not read: no drafts this step, output unchanged
             return [[] for _ in sampled_token_ids]
-        plans, wanted = [], []
+        plans = []
         for row, sampled in zip(rows, sampled_token_ids):
             if not sampled:  # a prompt chunk before the last
                 plans.append(None)
@@ -86,22 +110,35 @@ class WeDLMDrafter:
             usable = not last.prefill and last.accepted == last.drafts and last.masks >= 2
             first_mask = row.logits_start + 1 + row.drafts  # the slot at the new token's own position
             predicted = range(first_mask + 1, first_mask + row.masks) if usable else range(0)
-            plans.append((last, row, len(wanted), len(predicted)))
-            wanted.extend(predicted)
+            budget = self.budget if row.slots is None else min(self.budget, row.slots)
+            plans.append(Plan(last, budget, next_width(last, budget), predicted))
+        self._price([plan for plan in plans if plan is not None])
+        wanted = []
+        for plan in plans:
+            if plan is not None and plan.width:
+                plan.offset = len(wanted)
+                wanted.extend(plan.predicted)
         predictions = self._predict(logits, wanted)
         return [
             [] if plan is None else self._row_drafts(plan, predictions, index, num_tokens_no_spec, token_ids_cpu)
             for index, plan in enumerate(plans)
         ]
 
-    def _row_drafts(self, plan, predictions, index, num_tokens_no_spec, token_ids_cpu) -> list[int]:
-        last, row, offset, count = plan
-        budget = self.budget if row.slots is None else min(self.budget, row.slots)
-        width = next_width(last, budget)
+    def _price(self, plans: list[Plan]) -> None:
+        """Set to 0 the widths whose expected accepted drafts do not pay for their tokens at this batch's size
+        (`cost.priced`); a probe (two mask slots after one-token forwards) always runs, so a width can return."""
+        priceable = [plan for plan in plans if not is_probe(plan.last, plan.width)]
+        widths = priced([plan.width for plan in priceable], [acceptance(plan.last) for plan in priceable], self.cost.scale)
+        for plan, width in zip(priceable, widths):
+            plan.width = width
+
+    def _row_drafts(self, plan: Plan, predictions, index, num_tokens_no_spec, token_ids_cpu) -> list[int]:
+        width, budget = plan.width, plan.budget
         if width == 0 and (budget == 0 or not self.options.prompt_lookup):
             return []
         drafts = []
-        for token in predictions[offset : offset + count]:  # the leading run that is no mask id
+        read = predictions[plan.offset : plan.offset + len(plan.predicted)] if width else []
+        for token in read:  # the leading run that is no mask id
             if token == self.mask_token_id:
                 break
             drafts.append(token)

@@ -52,6 +52,20 @@ def next_width(last: LastForward, budget: int) -> int:
     return min(budget, 2 * (last.drafts + last.masks) + 2)
 
 
+def is_probe(last: LastForward, width: int) -> bool:
+    """Whether `width` is the probe of a request at one-token forwards (exempt from pricing: two tokens now and
+    then are what lets a width come back)."""
+    return not last.prefill and last.drafts == last.masks == 0 and width > 0
+
+
+def acceptance(last: LastForward) -> float:
+    """The share of a request's drafts expected to pass, from its last forward: what passed there, or 1 where it
+    verified no draft yet (a prompt step, mask slots alone)."""
+    if last.prefill or last.drafts == 0:
+        return 1.0
+    return last.accepted / last.drafts
+
+
 def split(width: int, predictions: int) -> tuple[int, int]:
     """(drafts, mask slots) for a forward of `width` draft tokens with `predictions` usable mask predictions:
     at most half the width drafts, so as many mask slots predict the next forward's drafts."""
