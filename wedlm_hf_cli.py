@@ -19,7 +19,7 @@ SUBCOMMANDS = {  # name: (module, one-line help, the extra that installs its opt
         "--output out.jsonl",
         None,
     ),
-    "serve": ("wedlm_hf.commands.serve", "serve a model over the OpenAI API, WeDLM decoding", "serve"),
+    "serve": ("wedlm_hf.commands.serve", "serve a model with `transformers serve` (OpenAI API), WeDLM decoding", "serve"),
     "bench": ("wedlm_hf.commands.bench", "benchmark WeDLM against AR, prompt lookup and the baselines", "bench"),
     "demo": ("wedlm_hf.commands.demo", "browser demo: WeDLM and AR side by side, with the step view", "demo"),
     "evaluate": (

@@ -1,4 +1,4 @@
-"""`wedlm-hf serve` in a thread of the test process on 127.0.0.1; `stop()` stops it."""
+"""`wedlm-hf serve` in a thread of the test process on 127.0.0.1; `kill_server()` stops it and removes its hooks."""
 
 import socket
 import time
@@ -14,16 +14,16 @@ def free_port() -> int:
 
 
 def start_server(generation_defaults: dict | None = None, **serve_options):
-    """The running server (`stop()` stops it; `model` and `engine` are what it decodes with) and its port."""
+    """The running server (`kill_server()` stops it and uninstalls its hooks) and its port."""
     from wedlm_hf import serving
 
     port = free_port()
     running = serving.serve(
         wedlm_hf.DEFAULT_MODEL, host="127.0.0.1", port=port, generation_defaults=generation_defaults or {},
-        block=False, **serve_options,
+        non_blocking=True, **serve_options,
     )
     deadline = time.monotonic() + PATIENCE_S
-    while not running.started:
+    while not running.server.started:
         assert time.monotonic() < deadline, f"the server did not start within {PATIENCE_S} s"
         time.sleep(0.1)
     return running, port

@@ -1,4 +1,4 @@
-"""`wedlm-hf serve`: the OpenAI-compatible server on 127.0.0.1, decoding with WeDLM, one request at a time."""
+"""`wedlm-hf serve`: transformers' own OpenAI-compatible server, on 127.0.0.1, decoding with WeDLM."""
 
 import json
 import socket
@@ -8,17 +8,21 @@ import pytest
 import torch
 import transformers
 from transformers import LogitsProcessorList
+from transformers.cli.serving import model_manager
+from transformers.cli.serving import utils as serving_utils
 from patience import PATIENCE_S
 
 import wedlm_hf
 from local_server import free_port, start_server
 
 openai = pytest.importorskip("openai", reason="the serve extra is not installed: pip install 'wedlm-hf[serve]'")
-serving = pytest.importorskip("wedlm_hf.serving")
+serving = pytest.importorskip("wedlm_hf.serving", exc_type=ImportError)  # says which transformers it needs
 
 from wedlm_hf.generation.penalties import OpenAIPenalties  # noqa: E402
 
 PROMPT = "1, 2, 3, 4,"
+HOOKED = [(transformers, "WeDLMForCausalLM"), (model_manager, "ModelManager"), (serving_utils, "GenerationState")]
+"""What `serve` replaces while it runs."""
 MAX_TOKENS = 16
 SERVED = "wedlm-tiny-code"
 """The name the server is started with (as `wedlm-hf serve wedlm-tiny-code` does): the id clients send."""
@@ -43,16 +47,17 @@ def fail_on(prompt: str, error: BaseException):
 def server():
     """The server in a thread of this process (so the test can count the model's forwards), stopped at the end."""
     running, port = start_server(name=SERVED)
+    (timed_model,) = running._model_manager.loaded_models.values()
     forwards = []
     hooks = [
-        running.model.register_forward_hook(lambda module, args, output: forwards.append(1)),
-        running.model.register_forward_pre_hook(fail_on(POISON, RuntimeError(FAULT)), with_kwargs=True),
+        timed_model.model.register_forward_hook(lambda module, args, output: forwards.append(1)),
+        timed_model.model.register_forward_pre_hook(fail_on(POISON, RuntimeError(FAULT)), with_kwargs=True),
     ]
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", timeout=PATIENCE_S, max_retries=0)
-    yield client, running.model, forwards
+    yield client, timed_model.model, forwards
     for hook in hooks:
         hook.remove()
-    running.stop()
+    running.kill_server()
 
 
 def count_forwards(forwards: list, request):
@@ -127,39 +132,6 @@ def test_streamed_chat_usage_and_finish_reason_match_autoregressive(server):
     assert usage[-1].completion_tokens == ar_usage[-1].completion_tokens
 
 
-def test_streamed_text_is_the_whole_text(server):
-    """Streamed pieces, each decoded with the tokens before it, join into what the whole answer decodes to."""
-    client, _, _ = server
-    chunks = client.completions.create(model=SERVED, prompt=CODE, max_tokens=MAX_TOKENS, stream=True)
-    assert "".join(chunk.choices[0].text for chunk in chunks if chunk.choices) == complete(client, CODE)
-
-
-def test_chat_content_may_come_as_text_parts(server):
-    client, _, _ = server
-
-    def chat(content) -> str:
-        messages = [{"role": "user", "content": content}]
-        return client.chat.completions.create(model=SERVED, messages=messages, max_tokens=8).choices[0].message.content
-
-    assert chat([{"type": "text", "text": "1, 2, "}, {"type": "text", "text": "3,"}]) == chat("1, 2, 3,")
-
-
-def test_fields_it_does_not_honour_are_refused_by_name(server):
-    client, _, _ = server
-    with pytest.raises(openai.BadRequestError, match="`n` is not served here") as refused:
-        complete(client, n=2)
-    assert refused.value.param == "n"
-    assert complete(client, n=1, echo=False) == complete(client)  # their neutral values ask for nothing
-
-
-def test_without_max_tokens_a_request_gets_as_many_tokens_as_fit(server):
-    client, model, _ = server
-    positions = model.config.max_position_embeddings
-    prompt = "1, 2," * ((positions - 12) // len(TOKENIZER("1, 2,")["input_ids"]))
-    completion = client.completions.create(model=SERVED, prompt=prompt)
-    assert completion.usage.total_tokens == positions and completion.choices[0].finish_reason == "length"
-
-
 def test_serve_command_sets_the_generation_config_of_every_request(monkeypatch):
     from wedlm_hf_cli import main
 
@@ -176,22 +148,34 @@ def test_serve_command_sets_the_generation_config_of_every_request(monkeypatch):
     }
 
 
-def test_each_server_decodes_with_its_own_defaults():
-    """The defaults go on the generation config of the server's own model, which every request's is copied from."""
-    lossless, _ = start_server({"wedlm_lossless": True, "wedlm_window_size": 4})
-    other, _ = start_server({"wedlm_window_size": 8})
-    try:
-        config = lossless.model.generation_config
-        assert (config.decoding, config.wedlm_lossless, config.wedlm_window_size) == ("wedlm", True, 4)
-        assert other.model.generation_config.wedlm_window_size == 8
-    finally:
-        lossless.stop()
-        other.stop()
-    assert not lossless.thread.is_alive() and not other.thread.is_alive()
+def test_model_manager_applies_the_defaults_of_its_own_server():
+    """The hooks give the server a manager bound to its defaults, and leave transformers as they found it."""
+    original, found = model_manager.ModelManager, transformers.__dict__.get("WeDLMForCausalLM")
+    with serving.ServeHooks({"wedlm_lossless": True, "wedlm_window_size": 4}):
+        assert transformers.WeDLMForCausalLM is wedlm_hf.WeDLMForCausalLM  # where the server looks it up
+        manager = model_manager.ModelManager(device="cpu", force_model=wedlm_hf.DEFAULT_MODEL)  # as `Serve` builds it
+        other = serving.WeDLMModelManager(device="cpu", generation_defaults={"wedlm_window_size": 8})
+    assert model_manager.ModelManager is original and transformers.__dict__.get("WeDLMForCausalLM") is found
+    (timed_model,) = manager.loaded_models.values()
+    config = timed_model.model.generation_config
+    assert (config.decoding, config.wedlm_lossless, config.wedlm_window_size) == ("wedlm", True, 4)
+    assert manager.generation_defaults != other.generation_defaults  # settings per server, not per class
+    manager.shutdown()
+    other.shutdown()
     with pytest.raises(ValueError, match="serve cannot set"):
-        serving.check_generation_defaults({"num_beams": 4})
+        serving.ServeHooks({"num_beams": 4})
     with pytest.raises(ValueError, match="wedlm_window_size"):
-        serving.check_generation_defaults({"wedlm_window_size": 0})
+        serving.ServeHooks({"wedlm_window_size": 0})
+
+
+def test_hooks_last_as_long_as_the_server():
+    found = {name: owner.__dict__.get(name) for owner, name in HOOKED}
+    running, _ = start_server(batching={"max_batch_size": 2})
+    assert isinstance(running._model_manager, serving.WeDLMModelManager)
+    assert running._generation_state.batching == {"max_batch_size": 2}
+    assert transformers.WeDLMForCausalLM is wedlm_hf.WeDLMForCausalLM  # a reload after an idle timeout finds it
+    running.kill_server()
+    assert {name: owner.__dict__.get(name) for owner, name in HOOKED} == found
 
 
 def complete(client, prompt: str = PROMPT, **fields) -> str:

@@ -1,4 +1,4 @@
-"""Serve a model over an OpenAI-compatible HTTP API with WeDLM decoding (wedlm_hf/serving)."""
+"""Serve a model through `transformers serve` (OpenAI-compatible HTTP API) with WeDLM decoding."""
 
 import argparse
 

@@ -5,10 +5,10 @@ definition (4.x raises `StrictDataclassDefinitionError` on the config), so the c
 
 The oldest supported release, 5.19, is the newest that vLLM's CPU build (0.32) accepts; 5.25 is the newest tested.
 What differs between them, by the release that changed it:
-- 5.25 rewrote transformers serve (each model in a process of its own) after 5.24 had reshaped its classes: `wedlm-hf
-  serve`, which used to replace those classes, is now a server of this package's own on transformers' public API
-  (serving/server.py), the same on every release, and uses no private part of transformers serve;
+- 5.25 rewrote transformers serve (each model loads in a process of its own, and the handler and manager classes
+  `wedlm-hf serve` subclasses and swaps in are gone, `split_revision` with them): refused there (`SERVING_RELEASES`);
 - 5.24 renamed a model forward's `past_key_values` to `cache`: `CACHE_KEYWORD`;
+- 5.24 reshaped transformers serve's classes, which `wedlm-hf serve` subclasses: refused before (`SERVING_RELEASES`);
 - 5.24 gave GPT-J and CodeGen a RoPE module: refused before (generation/support.py);
 - 5.23 renamed `TrainingArguments(gradient_checkpointing=)` to `activation_checkpointing`: `CHECKPOINTING_ARGUMENT`;
 - 5.21 stopped extending a config's `base_model_tp_plan` on the instance (modeling/configuration_wedlm.py sets it
@@ -55,3 +55,20 @@ name still works there, with a deprecation warning; 5.23 and older ignore `cache
 CHECKPOINTING_ARGUMENT = "activation_checkpointing" if INSTALLED >= (5, 23) else "gradient_checkpointing"
 """`TrainingArguments`' switch for recomputing activations in the backward pass: 5.23 renamed
 `gradient_checkpointing` (a deprecated alias from then on)."""
+
+SERVING_RELEASES = ((5, 24), (5, 24))
+"""The oldest and newest releases whose transformers serve `wedlm-hf serve` builds on: it subclasses its handlers
+and model manager as 5.24 shapes them, and 5.25 rewrote them."""
+
+
+def require_transformers(releases: tuple[tuple[int, int], tuple[int, int]], feature: str, extra: str = "") -> None:
+    """Raise ImportError naming `feature`, the releases it runs on and the pip command when the installed
+    transformers is outside `releases` (oldest, newest) (`extra`: the transformers extra the feature installs,
+    e.g. "[serving]")."""
+    oldest, newest = releases
+    if not oldest <= INSTALLED <= newest:
+        span = f"{oldest[0]}.{oldest[1]}" + ("" if oldest == newest else f" through {newest[0]}.{newest[1]}")
+        raise ImportError(
+            f"{feature} runs on transformers {span}, but transformers {transformers.__version__} is installed. "
+            f"Run: pip install 'transformers{extra}=={newest[0]}.{newest[1]}.*'"
+        )

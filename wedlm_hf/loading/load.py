@@ -69,7 +69,7 @@ def load_adapter(folder: Path, dtype, **model_kwargs) -> tuple[PreTrainedModel, 
 
 def pretrained_path(name: str | None) -> str:
     """A folder (or Hub id) that plain `from_pretrained` loads as the model `name` stands for, for code that loads
-    by path itself (`wedlm-hf serve`, the demo's config preview): a GGUF file's dequantized copy, a whole-model
+    by path itself (`transformers serve`, the demo's config preview): a GGUF file's dequantized copy, a whole-model
     adapter's merged copy, a draft-only adapter's copy naming its base by a path `from_pretrained` reads (it loads
     through transformers' PEFT integration; `wedlm_hf.enable` gates it), else the resolved path. Copies are kept
     under the temp dir, keyed by the sizes and mtimes of the adapter folder's files."""

@@ -1,32 +1,31 @@
 """Errors in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, which OpenAI clients read their
-message from (FastAPI's own `{"detail": ...}` shows in the official client as a bare "Error code: 400"), for every
-status: HTTP errors, validation errors, a stopped engine and any other fault; a streamed error is an event of the
-same shape.
+message from: transformers serve answers FastAPI's `{"detail": ...}` (the official client then shows only "Error
+code: 400") and streams `data: {"error": "<message>"}` with the message unescaped (a quote breaks the JSON).
+
+`build_server` is transformers' app with handlers that write every error (HTTP errors, validation errors, dead
+continuous batching, any other fault) in that shape; `openai_stream_errors` rewrites the streamed error event.
 """
 
 import json
 import logging
+from collections.abc import AsyncIterator
+
+from transformers.cli.serving import server
+from transformers.cli.serving.utils import CBWorkerDeadError
 
 logger = logging.getLogger(__name__)
 
+TRANSFORMERS_BUILD_SERVER = server.build_server
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                404: "not_found_error", 422: "invalid_request_error", 429: "rate_limit_error"}
-SERVER_ERROR, ENGINE_STOPPED = 500, 503
-
-
-class EngineStopped(RuntimeError):
-    """The continuous batching engine has stopped: this request, and every later one, gets a 503."""
+STREAM_ERROR = 'data: {"error": "'
+"""How transformers' handlers start a streamed error event (then the message, then `"}` and a blank line)."""
+STREAM_ERROR_END = '"}\n\n'
 
 
 def openai_error(message: str, status: int, param: str | None = None) -> dict:
-    error_type = ERROR_TYPES.get(status, "server_error" if status >= SERVER_ERROR else "invalid_request_error")
+    error_type = ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     return {"error": {"message": message, "type": error_type, "param": param, "code": None}}
-
-
-def error_event(error: BaseException) -> str:
-    """A fault met while streaming, as the stream's last event."""
-    status = ENGINE_STOPPED if isinstance(error, EngineStopped) else SERVER_ERROR
-    return f"data: {json.dumps(openai_error(str(error) or type(error).__name__, status))}\n\n"
 
 
 def invalid_request(message: str, param: str | None = None, status: int = 400):
@@ -65,8 +64,8 @@ def add_error_handlers(app) -> None:
     async def validation_error(_request, error: RequestValidationError):
         return answer(422, *_validation_message(error.errors()))
 
-    async def engine_stopped(_request, error: EngineStopped):
-        return answer(ENGINE_STOPPED, str(error))
+    async def engine_dead(_request, error: CBWorkerDeadError):
+        return answer(503, str(error))
 
     async def server_error(request, call_next):
         """Any other fault is a 500 answered here: Starlette's handler for `Exception` re-raises after answering,
@@ -75,9 +74,31 @@ def add_error_handlers(app) -> None:
             return await call_next(request)
         except Exception as error:
             logger.exception("request failed")
-            return answer(SERVER_ERROR, str(error) or type(error).__name__)
+            return answer(500, str(error) or type(error).__name__)
 
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(RequestValidationError, validation_error)
-    app.add_exception_handler(EngineStopped, engine_stopped)
+    app.add_exception_handler(CBWorkerDeadError, engine_dead)
     app.middleware("http")(server_error)
+
+
+def build_server(*args, **kwargs):
+    """transformers serve's FastAPI app (`server.build_server`), its errors in OpenAI's shape."""
+    app = TRANSFORMERS_BUILD_SERVER(*args, **kwargs)
+    add_error_handlers(app)
+    return app
+
+
+async def openai_stream_errors(events: AsyncIterator[str]) -> AsyncIterator[str]:
+    """transformers' streamed events, its error event (always the last of its chunk) written as OpenAI's error
+    object. Any other event is JSON, whose strings escape quotes, so the error event's opening cannot occur inside
+    one."""
+    try:
+        async for chunk in events:
+            start = chunk.find(STREAM_ERROR) if isinstance(chunk, str) else -1
+            if start >= 0 and chunk.endswith(STREAM_ERROR_END):
+                message = chunk[start + len(STREAM_ERROR) : -len(STREAM_ERROR_END)]
+                chunk = chunk[:start] + f"data: {json.dumps(openai_error(message, 500))}\n\n"
+            yield chunk
+    finally:
+        await events.aclose()
