@@ -1,4 +1,4 @@
-"""Every row of the README's bad-input table: a clear error or the documented behaviour, never a shape error."""
+"""Every row of the bad-input table (docs/options.md): a clear error or the documented behaviour, never a shape error."""
 
 import copy
 

@@ -135,7 +135,7 @@ def test_decoding_is_case_insensitive(model):
 
 def test_plain_model_given_decoding_is_refused_and_import_changes_no_transformers_class():
     """`import wedlm_hf` leaves transformers' classes alone, so a model never enabled refuses `decoding` with
-    transformers' own error (the README points at `wedlm_hf.enable`); an enabled one decodes."""
+    transformers' own error (docs/options.md's bad-input table points at `wedlm_hf.enable`); an enabled one decodes."""
     assert "wedlm" not in GenerationMixin._validate_model_kwargs.__module__
     model = tiny_model("llama")  # loaded, never enabled
     input_ids, attention_mask = random_prompts([4])
