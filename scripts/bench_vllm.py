@@ -37,7 +37,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--set", action="append", required=True, metavar="NAME=FILE.jsonl", help="a prompt set")
     parser.add_argument("--slots", type=int, default=wedlm_vllm.DEFAULT_SLOTS, help="num_speculative_tokens")
     parser.add_argument("--prompt-lookup", action="store_true")
-    parser.add_argument("--forward-scale", type=int, default=None, help="fix the cost model's scale (tokens)")
+    parser.add_argument("--forward-scale", type=int, default=None, help="the cost model's scale (tokens; default: the device type's)")
     parser.add_argument("--eager", action="store_true", help="enforce_eager=True (default: vLLM's compilation)")
     parser.add_argument("--concurrent", type=int, default=None, metavar="N",
                         help="send N requests at once (the set repeated), not one prompt at a time")
@@ -115,7 +115,7 @@ def main() -> None:
               f"| {r['wedlm_tokens_per_s']:.1f} | {r['speedup']:.2f}x | {r['identical']}/{r['prompts']} |")
     scale = wedlm_vllm.stats(wedlm)["forward_scale"]
     print(f"cost model: a step carries {scale} tokens for the price of its fixed part (forward_scale, "
-          f"{'fixed' if args.forward_scale else 'measured on the steps run'})")
+          f"{'given' if args.forward_scale else 'declared for this device type'})")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

@@ -18,8 +18,8 @@ from wedlm_hf import WeDLMConfig, WeDLMForCausalLM
 from wedlm_vllm import DrafterOptions, speculative_config
 from wedlm_vllm.config import WeDLMVllmConfig
 from wedlm_vllm.checks import request_refusal
-from wedlm_vllm.cost import StepCost, priced
-from wedlm_vllm.schedule import PROBE_PERIOD, LastForward, mask_slots, next_width, split
+from wedlm_vllm.cost import forward_scale, priced
+from wedlm_vllm.schedule import PROBE_PERIOD, LastForward, gain_per_token, mask_slots, next_width, split
 from wedlm_vllm.step import Row
 
 HUB_CONFIGS = sorted(Path(wedlm_hf.__file__).parent.joinpath("hub_configs").glob("*/config.json"))
@@ -96,23 +96,25 @@ def test_split_gives_drafts_at_most_half_the_width():
     ],
 )
 def test_drafts_are_kept_where_they_pay_at_the_batch_size(rows, scale, kept):
-    assert sum(width > 0 for width in priced([24] * rows, [1.0] * rows, scale)) == kept
+    """Counting at 24 draft tokens per request returns about 7 accepted drafts per forward (0.3 per token)."""
+    assert sum(width > 0 for width in priced([24] * rows, [0.3] * rows, scale)) == kept
 
 
 def test_the_best_requests_draft_first_and_failing_ones_not_at_all():
-    assert priced([24, 24, 24, 0], [0.05, 1.0, 0.9, 1.0], scale=24) == [0, 24, 24, 0]
+    assert priced([24, 24, 24, 0], [0.02, 0.4, 0.3, 0.4], scale=24) == [0, 24, 24, 0]
 
 
-def test_step_cost_measures_the_scale_and_ignores_idle_gaps():
-    cost = StepCost(prior=24.0)
-    assert cost.scale == 24.0  # nothing measured yet
-    for step in range(400):
-        tokens = 8 + 25 * (step % 7)
-        cost.observe(tokens, 0.002 + 0.0001 * tokens)  # scale 20
-        if step % 50 == 10:
-            cost.observe(tokens, 5.0)  # the engine sat idle: not a step's cost
-    assert cost.scale == pytest.approx(20.0, rel=1e-3)
-    assert StepCost(prior=24.0, override=100.0).scale == 100.0
+@pytest.mark.parametrize(
+    ("last", "gain"),
+    [(forward(prefill=True), 0.3), (forward(masks=8), 0.3), (forward(drafts=12, masks=12, accepted=6), 0.25),
+     (forward(drafts=4, masks=4, accepted=0), 0.0)],
+)
+def test_gain_per_token_is_what_the_last_forward_returned(last, gain):
+    assert gain_per_token(last) == gain
+
+
+def test_the_scale_is_declared_per_device_type_and_overridable():
+    assert forward_scale("cpu") == 24 and forward_scale("cuda") == 2048 and forward_scale("cpu", 100) == 100
 
 
 def test_mask_slots_are_the_run_of_mask_ids_at_the_end():

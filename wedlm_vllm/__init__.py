@@ -30,6 +30,6 @@ def register() -> None:
 
 def stats(llm, reset: bool = False) -> dict[str, int]:
     """The drafter's own counters for an `LLM`: forwards and returned tokens of the requests it saw, drafts verified
-    and accepted (mask slots not counted), mask slots fed; and `forward_scale`, what its cost model holds now
+    and accepted (mask slots not counted), mask slots fed; and the `forward_scale` it prices the batch with
     (`wedlm_vllm/cost.py`). `reset` zeroes the counters after reading."""
     return llm.collective_rpc("wedlm_stats", args=(reset,))[0]

@@ -12,15 +12,15 @@ def zeroed() -> dict[str, int]:
 
 
 def wedlm_stats(worker, reset: bool = False) -> dict[str, int]:
-    """A worker's WeDLM counters (zero where it has no WeDLM drafter), optionally zeroed after reading, and its
-    cost model's `forward_scale` (tokens a step carries for the price of its fixed part; 0 without a drafter)."""
+    """A worker's WeDLM counters (zero where it has no WeDLM drafter), optionally zeroed after reading, and the
+    `forward_scale` it prices with (tokens a step carries for the price of its fixed part; 0 without a drafter)."""
     drafter = getattr(getattr(worker, "model_runner", None), "drafter", None)
     stats = getattr(drafter, "stats", None)
     if stats is None or set(stats) != set(COUNTERS):
         return dict(zeroed(), forward_scale=0)
     if reset:
         drafter.stats = zeroed()
-    return dict(stats, forward_scale=round(drafter.cost.scale))
+    return dict(stats, forward_scale=drafter.scale)
 
 
 def install_worker_method() -> None:

@@ -13,7 +13,6 @@ request's width comes from its last forward (`schedule.py`).
 """
 
 import functools
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,10 +21,10 @@ from vllm.config import VllmConfig
 
 from .checks import request_slots
 from .config import check_model
-from .cost import DEFAULT_PRIOR_SCALE, PRIOR_SCALE, StepCost, priced
+from .cost import forward_scale, priced
 from .counters import zeroed
 from .options import DRAFTER_CLASS, DrafterOptions
-from .schedule import LastForward, acceptance, is_probe, next_width, split
+from .schedule import LastForward, gain_per_token, is_probe, next_width, split
 from .step import LogitsTap, Row, install_hand_off, read_rows
 
 LOOKUP_NGRAM = 2
@@ -61,8 +60,8 @@ class WeDLMDrafter:
         """The step just run, one row per request (`read_step`); None where it could not be read."""
         self.stats = zeroed()
         device_type = getattr(getattr(vllm_config, "device_config", None), "device_type", "cuda")
-        self.cost = StepCost(PRIOR_SCALE.get(device_type, DEFAULT_PRIOR_SCALE), self.options.forward_scale)
-        self.last_step_at: float | None = None
+        self.scale = forward_scale(device_type, self.options.forward_scale)
+        """Tokens a step carries for the price of its fixed part (`cost.py`)."""
         if self.options.prompt_lookup:  # vLLM's own n-gram search (compiled by numba on import)
             from vllm.v1.spec_decode.ngram_proposer import _find_longest_matched_ngram_and_propose_tokens
 
@@ -74,12 +73,7 @@ class WeDLMDrafter:
         self.tap = LogitsTap(model)
 
     def read_step(self, runner, scheduler_output, spec_decode_metadata) -> None:
-        """Called by the runner before `propose` (`step.install_hand_off`): the step's rows, and its time (since
-        the last step's proposal) for the cost model."""
-        now = time.perf_counter()
-        if self.last_step_at is not None:
-            self.cost.observe(scheduler_output.total_num_scheduled_tokens, now - self.last_step_at)
-        self.last_step_at = now
+        """Called by the runner before `propose` (`step.install_hand_off`)."""
         self.rows = read_rows(runner, scheduler_output, spec_decode_metadata, self.mask_token_id, request_slots)
 
     def propose(
@@ -128,7 +122,8 @@ class WeDLMDrafter:
         """Set to 0 the widths whose expected accepted drafts do not pay for their tokens at this batch's size
         (`cost.priced`); a probe (two mask slots after one-token forwards) always runs, so a width can return."""
         priceable = [plan for plan in plans if not is_probe(plan.last, plan.width)]
-        widths = priced([plan.width for plan in priceable], [acceptance(plan.last) for plan in priceable], self.cost.scale)
+        gains = [gain_per_token(plan.last) for plan in priceable]
+        widths = priced([plan.width for plan in priceable], gains, self.scale)
         for plan, width in zip(priceable, widths):
             plan.width = width
 

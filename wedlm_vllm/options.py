@@ -26,7 +26,7 @@ class DrafterOptions:
     """mask_token_id: the `[MASK]` id, for a checkpoint whose config has none (any Llama/Qwen2/Qwen3 model);
     prompt_lookup: where mask slots give no draft, draft the continuation of the last 2-gram's earlier
     occurrence in the prompt or output, as `wedlm_prompt_lookup` does in transformers; forward_scale: the tokens a
-    step carries for the price of its fixed part (`cost.StepCost.scale`), fixed instead of measured."""
+    step carries for the price of its fixed part (`cost.forward_scale`), instead of the device type's."""
 
     mask_token_id: int | None = None
     prompt_lookup: bool = False
@@ -84,8 +84,8 @@ def speculative_config(
 
     `num_speculative_tokens` bounds the draft tokens (real drafts plus mask slots) one request adds to a forward;
     each request then uses as many as its recent acceptance earns. `mask_token_id` is needed only for a
-    checkpoint whose config has none (a `model_type: "wedlm"` config carries it). `forward_scale` fixes the cost
-    model's scale (tokens per step's fixed cost) instead of measuring it on the steps vLLM runs.
+    checkpoint whose config has none (a `model_type: "wedlm"` config carries it). `forward_scale` sets the cost
+    model's scale (tokens per step's fixed cost) instead of the device type's declared one.
     """
     if isinstance(num_speculative_tokens, bool) or not isinstance(num_speculative_tokens, int):
         raise ValueError(f"num_speculative_tokens must be an int >= 2, got {num_speculative_tokens!r}")
