@@ -96,8 +96,8 @@ def test_split_gives_drafts_at_most_half_the_width():
     ],
 )
 def test_drafts_are_kept_where_they_pay_at_the_batch_size(rows, scale, kept):
-    """Counting at 24 draft tokens per request returns about 7 accepted drafts per forward (0.3 per token)."""
-    assert sum(width > 0 for width in priced([24] * rows, [0.3] * rows, scale)) == kept
+    """Drafts that all pass: half of a width of 24 passes."""
+    assert sum(width > 0 for width in priced([24] * rows, [0.5] * rows, scale)) == kept
 
 
 def test_the_best_requests_draft_first_and_failing_ones_not_at_all():
@@ -106,10 +106,10 @@ def test_the_best_requests_draft_first_and_failing_ones_not_at_all():
 
 @pytest.mark.parametrize(
     ("last", "gain"),
-    [(forward(prefill=True), 0.3), (forward(masks=8), 0.3), (forward(drafts=12, masks=12, accepted=6), 0.25),
-     (forward(drafts=4, masks=4, accepted=0), 0.0)],
+    [(forward(prefill=True), 0.5), (forward(masks=8), 0.5), (forward(drafts=4, masks=14, accepted=4), 0.5),
+     (forward(drafts=12, masks=12, accepted=6), 0.25), (forward(drafts=4, masks=4, accepted=0), 0.0)],
 )
-def test_gain_per_token_is_what_the_last_forward_returned(last, gain):
+def test_gain_per_token_is_the_last_forward_acceptance_times_the_draft_share(last, gain):
     assert gain_per_token(last) == gain
 
 

@@ -7,7 +7,7 @@ the thousands and every draft pays; on a CPU it is a few dozen tokens, so at 32 
 per request costs more than its accepted drafts save.
 
 With B requests, each request r feeding w_r draft tokens (drafts and mask slots) expected to gain g_r accepted
-tokens per draft token (what its last forward returned), a step returns B + sum(g * w) tokens for a time
+tokens per draft token (`schedule.gain_per_token`), a step returns B + sum(g * w) tokens for a time
 proportional to scale + B + sum(w). `priced` keeps a request's width where its own gain per token beats the step's,
 taking the best first.
 """

@@ -58,17 +58,17 @@ def is_probe(last: LastForward, width: int) -> bool:
     return not last.prefill and last.drafts == last.masks == 0 and width > 0
 
 
-UNKNOWN_GAIN = 0.3
-"""Accepted drafts per draft token expected of a request that verified no draft yet (a prompt step, mask slots
-alone): what a request whose drafts pass returns (about 7 accepted per 24 draft tokens on counting)."""
+DRAFT_SHARE = 0.5
+"""The share of a request's draft tokens that are drafts (the rest are mask slots, `split`)."""
 
 
 def gain_per_token(last: LastForward) -> float:
-    """Accepted drafts per draft token (drafts and mask slots) the request's last forward returned, or
-    `UNKNOWN_GAIN` where it verified no draft."""
-    if last.prefill or last.drafts == 0:
-        return UNKNOWN_GAIN
-    return last.accepted / (last.drafts + last.masks)
+    """Accepted drafts expected per draft token (drafts and mask slots) of the request's next forward: the share of
+    its drafts that passed in its last forward (all, where it verified none yet: a prompt step, mask slots alone)
+    times `DRAFT_SHARE`. Acceptance, not the last forward's accepted count per token: a request widening from a
+    prompt step feeds more mask slots than drafts for a forward or two."""
+    passed = 1.0 if last.prefill or last.drafts == 0 else last.accepted / last.drafts
+    return passed * DRAFT_SHARE
 
 
 def split(width: int, predictions: int) -> tuple[int, int]:
