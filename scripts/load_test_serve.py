@@ -9,12 +9,22 @@ to first token (streamed requests; a non-streamed request's first token is its w
 many requests got the same text as when sent alone (the first arm's run at 1 client, the one-at-a-time server's
 where it ran): greedy requests must, and seeded ones too, since a seeded request's draws are its own.
 
+With `--one-by-one` it measures what continuous batching is for, on the continuous-batching server alone: N
+clients sending max(N, `--requests`) requests (8 by default here) against the same requests sent one by one, for
+greedy, sampled (seeded) and lossless requests (a second server, `--lossless`), at 1, 8 and 16 clients, the two
+side by side in every repeat (which goes first alternating) and every level and kind interleaved; per kind and
+level, the medians of the repeats' ratios and throughputs, and how many texts were the same both ways. At 1
+client both ways send the requests one by one: the ratio is the measurement's noise.
+
     python scripts/load_test_serve.py                          # the full run (minutes)
     python scripts/load_test_serve.py --clients 1 2 --requests 4   # a smoke run
+    python scripts/load_test_serve.py --one-by-one --threads 1     # concurrent vs one by one (minutes)
 """
 
 import argparse
 import json
+import os
+import platform
 import socket
 import statistics
 import subprocess
@@ -43,10 +53,12 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def server_command(arm: str, model: str, port: int, max_batch_size: int, args: argparse.Namespace) -> list[str]:
+def server_command(
+    arm: str, model: str, port: int, max_batch_size: int, args: argparse.Namespace, lossless: bool
+) -> list[str]:
     if arm == "ar-cb":
         return [sys.executable, __file__, "--serve-ar-cb", str(port), "--model", model]
-    command = ["serve", model, "--host", "127.0.0.1", "--port", str(port)] + (["--lossless"] if args.lossless else [])
+    command = ["serve", model, "--host", "127.0.0.1", "--port", str(port)] + (["--lossless"] if lossless else [])
     command += ["--threads", str(args.threads)] if args.threads else []
     if arm == "wedlm-cb":
         command += ["--continuous-batching", "--max-batch-size", str(max_batch_size)]
@@ -81,6 +93,9 @@ PROMPT_SETS = {"mixed": (COUNTING, CODE), "counting": (COUNTING,), "code": (CODE
 
 
 SAMPLED = {"temperature": 0.8, "top_p": 0.95}
+KINDS = {"greedy": ({}, False), "sampled": (SAMPLED, False), "lossless": ({}, True)}
+"""`--one-by-one`'s kinds of request: the sampling each sends (with a seed of its own) and whether its server is
+lossless."""
 
 
 def workload(requests: int, prompt_set: str = "mixed", sampling: str = "greedy") -> list[dict]:
@@ -135,11 +150,26 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))] if ordered else float("nan")
 
 
+def uniform_workload(requests: int, kind: str, max_tokens: int) -> list[dict]:
+    """`requests` non-streamed completions of `max_tokens` tokens each, counting and code prompts alternating,
+    sampling as `kind` says (each sampled one with its own seed)."""
+    sampling, _ = KINDS[kind]
+    jobs = []
+    for i in range(requests):
+        prompts = (COUNTING, CODE)[i % 2]
+        job = {"prompt": prompts[(i // 2) % len(prompts)], "max_tokens": max_tokens, "stream": False, **sampling}
+        jobs.append({**job, "seed": 1000 + i} if sampling else job)
+    return jobs
+
+
 def drive(
     base_url: str, model: str, clients: int, requests: int, timeout: float, prompt_set: str = "mixed",
     sampling: str = "greedy",
 ) -> dict:
-    jobs = workload(requests, prompt_set, sampling)
+    return drive_jobs(base_url, model, clients, workload(requests, prompt_set, sampling), timeout)
+
+
+def drive_jobs(base_url: str, model: str, clients: int, jobs: list[dict], timeout: float) -> dict:
     with httpx.Client(timeout=timeout) as client, ThreadPoolExecutor(clients) as pool:
         start = time.perf_counter()
         results = list(pool.map(lambda job: send(client, base_url, model, job), jobs))
@@ -160,11 +190,11 @@ def drive(
     }
 
 
-def start_arm(arm: str, args: argparse.Namespace) -> tuple[subprocess.Popen, str]:
+def start_arm(arm: str, args: argparse.Namespace, lossless: bool) -> tuple[subprocess.Popen, str]:
     """The arm's server, healthy and warmed up (first-request loading and allocation), or a RuntimeError."""
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
-    command = server_command(arm, args.model, port, max(args.clients), args)
+    command = server_command(arm, args.model, port, max(args.clients), args, lossless)
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         wait_healthy(base_url, process, args.start_timeout)
@@ -189,7 +219,7 @@ def run_arms(args: argparse.Namespace) -> dict[str, dict[int, dict]]:
     servers: dict[str, tuple[subprocess.Popen, str]] = {}
     try:
         for arm in args.arms:
-            servers[arm] = start_arm(arm, args)
+            servers[arm] = start_arm(arm, args, args.lossless)
         runs = {arm: {clients: [] for clients in args.clients} for arm in args.arms}
         for _ in range(args.repeats):
             for clients in args.clients:
@@ -201,6 +231,82 @@ def run_arms(args: argparse.Namespace) -> dict[str, dict[int, dict]]:
     finally:
         for process, _ in servers.values():
             stop(process)
+
+
+def run_one_by_one(args: argparse.Namespace) -> dict[tuple[str, int], dict]:
+    """Per kind and level N: N clients sending max(N, `args.requests`) requests and the same ones one by one on the
+    same continuous-batching server, side by side in each repeat; the medians over the repeats
+    (`one_by_one_summary`)."""
+    servers: dict[bool, tuple[subprocess.Popen, str]] = {}
+    try:
+        for lossless in sorted({KINDS[kind][1] for kind in args.kinds}):
+            servers[lossless] = start_arm("wedlm-cb", args, lossless)
+        runs = {(kind, clients): [] for clients in args.clients for kind in args.kinds}
+        for repeat in range(args.repeats):
+            for clients in args.clients:
+                for kind in args.kinds:
+                    jobs = uniform_workload(max(clients, args.requests), kind, args.max_tokens)
+                    base_url = servers[KINDS[kind][1]][1]
+                    at_once_first = repeat % 2 == 0
+                    counts = (clients, 1) if at_once_first else (1, clients)
+                    measured = [drive_jobs(base_url, args.model, count, jobs, args.timeout) for count in counts]
+                    runs[(kind, clients)].append(tuple(measured if at_once_first else measured[::-1]))
+        return {key: one_by_one_summary(pairs) for key, pairs in runs.items()}
+    finally:
+        for process, _ in servers.values():
+            stop(process)
+
+
+def one_by_one_summary(pairs: list[tuple[dict, dict]]) -> dict:
+    """(at once, one by one) per repeat: median throughputs, the median of the repeats' ratios, p50 latencies,
+    errors, and the fewest requests of a repeat whose text was the same both ways."""
+    same = [sum(a == b is not None for a, b in zip(at_once["texts"], alone["texts"])) for at_once, alone in pairs]
+    ratios = [at_once["tokens_per_s"] / alone["tokens_per_s"] for at_once, alone in pairs]
+    return {
+        "at_once": statistics.median(a["tokens_per_s"] for a, _ in pairs),
+        "one_by_one": statistics.median(b["tokens_per_s"] for _, b in pairs),
+        "ratio": statistics.median(ratios),
+        "ratios": ratios,
+        "p50_at_once": statistics.median(a["p50_latency"] for a, _ in pairs),
+        "p50_one_by_one": statistics.median(b["p50_latency"] for _, b in pairs),
+        "errors": sum(a["errors"] + b["errors"] for a, b in pairs),
+        "same_text": f"{min(same)}/{len(pairs[0][0]['texts'])}",
+        "first_error": next((r["first_error"] for pair in pairs for r in pair if r["first_error"]), ""),
+    }
+
+
+def one_by_one_table(results: dict[tuple[str, int], dict]) -> str:
+    header = (
+        "| kind | clients | one by one tokens/s | at once tokens/s | at once vs one by one (each repeat) | "
+        "p50 latency s, one by one / at once | errors | same text both ways (fewest in a repeat) |\n"
+        "|---|---|---|---|---|---|---|---|"
+    )
+    rows = []
+    for kind, clients in sorted(results, key=lambda key: (list(KINDS).index(key[0]), key[1])):
+        r = results[(kind, clients)]
+        rows.append(
+            f"| {kind} | {clients} | {r['one_by_one']:.1f} | {r['at_once']:.1f} | **{r['ratio']:.2f}x** "
+            f"({', '.join(f'{x:.2f}' for x in r['ratios'])}) | {r['p50_one_by_one']:.3f} / {r['p50_at_once']:.3f} | "
+            f"{r['errors']} | {r['same_text']} |"
+        )
+    return "\n".join([header, *rows])
+
+
+def machine() -> str:
+    """The CPU as `lscpu` names it (its model name line), else what Python knows."""
+    try:
+        lines = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout.splitlines()
+        return next(line.split(":", 1)[1].strip() for line in lines if line.startswith("Model name"))
+    except (OSError, subprocess.CalledProcessError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages: how busy other work kept the machine around the figures."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
 
 
 def medians(repeats: list[dict]) -> dict:
@@ -246,8 +352,12 @@ def alone_texts(results: dict[str, dict[int, dict]], clients: list[int]) -> list
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=wedlm_hf.DEFAULT_MODEL)
-    parser.add_argument("--clients", type=int, nargs="+", default=[1, 4, 8, 16])
-    parser.add_argument("--requests", type=int, default=32, help="requests per concurrency level")
+    parser.add_argument(
+        "--clients", type=int, nargs="+", help="concurrency levels (default 1 4 8 16; with --one-by-one 1 8 16)"
+    )
+    parser.add_argument(
+        "--requests", type=int, help="requests per concurrency level (default 32; with --one-by-one at least, 8)"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="rounds over every level and arm (medians reported)")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     parser.add_argument("--timeout", type=float, default=120, help="seconds per request")
@@ -262,11 +372,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lossless", action="store_true", help="serve the WeDLM arms with --lossless")
     parser.add_argument("--threads", type=int, help="torch threads of the WeDLM servers (default: serve's)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--one-by-one", action="store_true",
+        help="the continuous-batching server alone: N clients' requests vs the same requests one by one, per kind",
+    )
+    parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS), help="with --one-by-one")
+    parser.add_argument("--max-tokens", type=int, default=160, help="each request's max_tokens, with --one-by-one")
     parser.add_argument("--serve-ar-cb", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_ar_cb:
         serve_ar_continuous_batching(args.model, args.serve_ar_cb)
         return 0
+    if args.one_by_one:
+        return main_one_by_one(args)
+    args.clients, args.requests = args.clients or [1, 4, 8, 16], args.requests or 32
     try:
         results = run_arms(args)
     except RuntimeError as error:
@@ -284,6 +403,29 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{arm} at {count} clients, first error: {r['first_error']}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+def main_one_by_one(args: argparse.Namespace) -> int:
+    args.clients, args.requests = args.clients or [1, 8, 16], args.requests or 8
+    started = load_average()
+    try:
+        results = run_one_by_one(args)
+    except RuntimeError as error:
+        print(error, file=sys.stderr)
+        return 1
+    print(
+        f"model: {args.model}; continuous-batching server, at least {args.requests} requests per level of "
+        f"{args.max_tokens} tokens each (counting and code prompts alternating), medians of {args.repeats} "
+        f"interleaved repeats; threads: {args.threads or 'serve default'}; {machine()}, "
+        f"{len(os.sched_getaffinity(0))} CPUs, load average {started} at the start, {load_average()} at the end"
+    )
+    print(one_by_one_table(results))
+    for (kind, clients), r in results.items():
+        if r["first_error"]:
+            print(f"{kind} at {clients} clients, first error: {r['first_error']}")
+    if args.json:
+        args.json.write_text(json.dumps({f"{kind}@{clients}": r for (kind, clients), r in results.items()}, indent=2))
     return 0
 
 
