@@ -386,10 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.one_by_one:
         return main_one_by_one(args)
     args.clients, args.requests = args.clients or [1, 4, 8, 16], args.requests or 32
-    try:
-        results = run_arms(args)
-    except RuntimeError as error:
-        print(error, file=sys.stderr)
+    results = measured(run_arms, args)
+    if results is None:
         return 1
     print(
         f"model: {args.model}; {args.requests} requests per level, medians of {args.repeats} interleaved repeats; "
@@ -406,13 +404,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def measured(run, args: argparse.Namespace) -> dict | None:
+    """`run(args)`'s results, or None after printing why on one line (a server that did not start)."""
+    try:
+        return run(args)
+    except RuntimeError as error:
+        print(error, file=sys.stderr)
+        return None
+
+
 def main_one_by_one(args: argparse.Namespace) -> int:
     args.clients, args.requests = args.clients or [1, 8, 16], args.requests or 8
     started = load_average()
-    try:
-        results = run_one_by_one(args)
-    except RuntimeError as error:
-        print(error, file=sys.stderr)
+    results = measured(run_one_by_one, args)
+    if results is None:
         return 1
     print(
         f"model: {args.model}; continuous-batching server, at least {args.requests} requests per level of "
