@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What each extra costs to install: for every extra, a fresh venv with torch 2.13 CPU in it, then
-# `pip install ".[EXTRA]"` with pip's cache off, timed; prints seconds and the MB it added. README's table.
+# `pip install ".[EXTRA]"` with pip's cache off, timed; prints seconds and the MB it added: the extras table of docs/install.md.
 # Run from the repository root: bash scripts/install_cost.sh [EXTRA ...]   (default: all, "base" = no extra)
 set -u
 extras=("$@")
