@@ -5,7 +5,7 @@ sampler accepted, so the drafter keeps no state between forwards: nothing to key
 engines or a reordered batch could mix up. It follows `wedlm_hf`'s adaptive draft schedule in spirit: a request
 starts at `START_WIDTH`; a forward whose drafts all pass widens it (doubling, up to the slot budget), a rejection
 narrows it to what was accepted (none accepted: one-token forwards, plain vLLM's cost), and a request at
-one-token forwards tries two mask slots whenever its length is a multiple of `PROBE_PERIOD`, so a model whose
+one-token forwards tries two mask slots whenever its output length is a multiple of `PROBE_PERIOD`, so a model whose
 drafts start to pass again gets its width back.
 """
 
@@ -15,9 +15,9 @@ START_WIDTH = 8
 """A new request's first width: a WeDLM-trained model reaches the budget two forwards later, and a model whose
 drafts fail pays two forwards of at most 9 tokens before its first rejection instead of two of 25."""
 PROBE_PERIOD = 64
-"""A request at one-token forwards feeds two mask slots when its length is a multiple of this (`wedlm_hf`'s longest
-wait between probes): on a model whose drafts fail, a probe and the failed draft after it add 8 tokens to two
-forwards per this many tokens."""
+"""A request at one-token forwards feeds two mask slots when its output length is a multiple of this (`wedlm_hf`'s
+longest wait between probes): on a model whose drafts fail, a probe and the failed draft after it add 8 tokens to
+two forwards per this many tokens."""
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class LastForward:
     prefill: bool
     """Whether the forward was the prompt's (last) chunk."""
     length: int
-    """The request's tokens after this forward."""
+    """The request's output tokens after this forward."""
 
 
 def next_width(last: LastForward, budget: int) -> int:
