@@ -13,9 +13,9 @@ taking the best first.
 """
 
 SCALES = {"cpu": 24}
-"""`scale` per device type, declared: on a CPU, 20 to 32 tokens from a 1-thread profile of the embedded checkpoint on
-a 2-vCPU EPYC (a forward of 17 tokens per row costs 1.76x one of 1 token at batch 1, 5.20x at batch 8, 9.06x at
-batch 32, with 64 tokens cached; issue 47's table)."""
+"""`scale` per device type, declared: on a CPU, 20 to 32 tokens by the forward-cost table filed with issue 47 (the
+embedded checkpoint, 1 thread, a 2-vCPU EPYC, 64 tokens cached: a forward of 17 tokens per row costs 1.76x one of 1
+token at batch 1, 5.20x at batch 8, 9.06x at batch 32)."""
 DEFAULT_SCALE = 2048
 """Other devices: an accelerator reads the weights once per step whatever its columns (declared, not measured here)."""
 
