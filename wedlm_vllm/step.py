@@ -12,6 +12,7 @@ or a CUDA graph replayed whole hides nothing from it.
 
 import functools
 import inspect
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 import torch
@@ -35,7 +36,7 @@ class Row:
     """Output tokens the request has after this step (vLLM's runner appends the sampled ones before drafting)."""
     max_tokens: int | None
     min_tokens: int
-    stop_token_ids: frozenset[int]
+    stop_token_ids: AbstractSet[int]
     slots: int | None
     """The request's own cap on draft tokens per forward (`SamplingParams.extra_args`), or None."""
 
@@ -77,7 +78,7 @@ def read_rows(runner, scheduler_output, spec_decode_metadata, mask_token_id: int
                 outputs=len(request.output_token_ids),
                 max_tokens=getattr(params, "max_tokens", None),
                 min_tokens=getattr(params, "min_tokens", 0) or 0,
-                stop_token_ids=frozenset(getattr(params, "all_stop_token_ids", ()) or ()),
+                stop_token_ids=getattr(params, "all_stop_token_ids", None) or frozenset(),  # vLLM's set, not copied
                 slots=slots_of(params),
             )
         )
