@@ -112,7 +112,7 @@ def test_stdin_prompt_gives_the_argument_prompt_output(capsys, monkeypatch):
     expected = generate(capsys, PROMPT, "--max-new-tokens", "12")
     monkeypatch.setattr(sys, "stdin", io.StringIO(PROMPT))
     assert generate(capsys, "-", "--max-new-tokens", "12")[0] == expected[0]
-    assert expected[1].startswith("[wedlm] tokens=12")
+    assert expected[1].startswith("[wedlm] 12 tokens in ")
 
 
 def test_echo_into_stdin_gives_the_argument_prompt_output(capsys):
@@ -130,9 +130,29 @@ def test_stats_line_ends_with_why_decoding_stopped(mode, capsys):
     # the embedded tokenizer writes a newline and the indentation after it as one token: after the bare newline
     # token the model ends the text at once, which the stats line now says
     text, stats = generate(capsys, r"def fib(n):\n", *mode)
-    assert text == "" and " tokens=1 " in stats and stats.endswith(" finish_reason=eos"), stats
+    assert text == "" and "] 1 token in " in stats and stats.endswith("end-of-text token (eos)"), stats
     text, stats = generate(capsys, r"def fib(n):\n    ", "--max-new-tokens", "5", *mode)
-    assert " tokens=5 " in stats and stats.endswith(" finish_reason=length"), stats
+    assert "] 5 tokens in " in stats and stats.endswith("stopped at --max-new-tokens (length)"), stats
+
+
+STATS_LINE = re.compile(
+    r"\[wedlm\] (\d+) tokens in (\d+) forwards: (\d+\.\d\d) tokens per forward \(ordinary decoding: 1\); "
+    r"(\d+) of (\d+) guessed tokens accepted; (\d+)% of the tokens fed to the model became output \(p_cache\); "
+    r"\d+\.\d tokens/s; stopped at --max-new-tokens \(length\)"
+)
+
+
+def test_stats_line_reads_in_words_and_help_explains_it(capsys, monkeypatch):
+    """A newcomer reads the line without a glossary: counts in words, what ordinary decoding makes beside tokens
+    per forward; `--help` says what a forward and tokens per forward are."""
+    _, stats = generate(capsys, "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,", "--lossless", "--max-new-tokens", "32")
+    match = STATS_LINE.fullmatch(stats)
+    assert match, stats
+    tokens, forwards, per_forward, accepted, drafted, _ = match.groups()
+    assert int(tokens) == 32 and float(per_forward) == pytest.approx(32 / int(forwards), abs=0.005)
+    assert 0 < int(accepted) <= int(drafted)
+    text = " ".join(help_lines(capsys, monkeypatch, "generate"))
+    assert "tokens per forward, how many tokens each call produced (ordinary decoding, --ar, makes 1)" in text
 
 
 def test_a_device_this_machine_lacks_is_one_line_naming_cpu(capsys, monkeypatch, tmp_path):
@@ -185,8 +205,8 @@ def test_plain_overrides_a_lossless_generation_config(capsys, tmp_path):
     greedy, _ = generate(capsys, counting, "--ar", *common)
     default, default_stats = generate(capsys, counting, *common)
     _, plain_stats = generate(capsys, counting, "--plain", *common)
-    assert default == greedy and "accepted=" in default_stats
-    assert "accepted=" not in plain_stats
+    assert default == greedy and "guessed tokens accepted" in default_stats
+    assert "accepted" not in plain_stats
 
 
 def test_chat_applies_the_template(capsys):
@@ -200,7 +220,7 @@ def test_seeded_sampling_and_placement(capsys):
     first, _ = generate(capsys, "import", *options)
     assert generate(capsys, "import", *options)[0] == first
     text, stats = generate(capsys, PROMPT, "--dtype", "bfloat16", "--device", "cpu", "--max-new-tokens", "8")
-    assert stats.startswith("[wedlm] tokens=8")
+    assert stats.startswith("[wedlm] 8 tokens in ")
 
 
 MODEL_COMMANDS = {  # every command that runs a model, with the arguments it cannot do without

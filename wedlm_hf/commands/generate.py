@@ -47,6 +47,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     placement.add_argument("--device", default="auto", help="'auto': cuda if available, else cpu; or e.g. cpu, cuda:1")
     add_threads_argument(placement)
     add_batch_arguments(parser)
+    parser.epilog = STATS_EPILOG
     parser.set_defaults(run=run)
 
 
@@ -121,22 +122,43 @@ def encode(tokenizer, model, prompt: str, chat: bool, max_new_tokens: int) -> di
     return {name: tensor.to(model.device) for name, tensor in inputs.items()}
 
 
-def stats_line(output, count: int, seconds: float, finish_reason: str) -> str:
-    """The run in one line, ending in why it stopped (an empty continuation is most often an `eos` at once)."""
+STOPPED = {
+    "eos": "stopped at the model's end-of-text token (eos)",
+    "length": "stopped at --max-new-tokens (length)",
+    "stop": "stopped at a stop string (stop)",
+}
+"""Why decoding ended, in words, with `finish_reason` (what batch mode's JSON rows and the servers say) after."""
+
+STATS_EPILOG = (
+    "After the continuation comes one line of statistics: the tokens generated, the forwards (calls of the model) "
+    "they took and tokens per forward, how many tokens each call produced (ordinary decoding, --ar, makes 1); in "
+    "lossless mode the guessed tokens accepted; p_cache, the share of the tokens fed to the model that became "
+    "output; tokens per second; and why decoding stopped. The same figures as JSON, a line per prompt: batch mode "
+    "(--input/--output)."
+)
+
+
+def count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def stats_line(output, generated: int, seconds: float, finish_reason: str) -> str:
+    """The run in one line of plain words (`STATS_EPILOG`), ending in why it stopped (an empty continuation is most
+    often an `eos` at once)."""
     stats = getattr(output, "wedlm_stats", None)
+    speed, stopped = f"{generated / seconds:.1f} tokens/s", STOPPED[finish_reason]
     if stats is None:
-        return (
-            f"[ar] tokens={count} forwards={count} tokens/forward=1.00 tokens/s={count / seconds:.1f} "
-            f"finish_reason={finish_reason}"
-        )
+        tokens, forwards = count(generated, "token"), count(generated, "forward")
+        return f"[ar] {tokens} in {forwards} (ordinary decoding); {speed}; {stopped}"
     summary = stats.summary()
-    # lossless mode counts its drafts: the line says which mode ran, whichever flag or config chose it
-    drafts = f" accepted={summary['accepted']}/{summary['drafted']}" if "drafted" in summary else ""
-    return (
-        f"[wedlm] tokens={summary['generated']} forwards={summary['forwards']} "
-        f"tokens/forward={summary['tokens_per_forward_row_mean']:.2f}{drafts} p_cache={summary['p_cache']:.3f} "
-        f"tokens/s={summary['generated'] / seconds:.1f} finish_reason={finish_reason}"
-    )
+    parts = [
+        f"{count(summary['generated'], 'token')} in {count(summary['forwards'], 'forward')}: "
+        f"{summary['tokens_per_forward_row_mean']:.2f} tokens per forward (ordinary decoding: 1)"
+    ]
+    if "drafted" in summary:  # lossless mode checks guesses: the line says which mode ran, whichever flag chose it
+        parts.append(f"{summary['accepted']} of {count(summary['drafted'], 'guessed token')} accepted")
+    parts += [f"{summary['p_cache']:.0%} of the tokens fed to the model became output (p_cache)", speed, stopped]
+    return "[wedlm] " + "; ".join(parts)
 
 
 def finish_reason(output, model, tokenizer, new_tokens: list[int], max_new_tokens: int) -> str:
