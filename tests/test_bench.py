@@ -4,6 +4,7 @@ history arm drafting from the prompts answered before (the `repeated` set, also 
 import argparse
 import json
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -205,6 +206,34 @@ def test_quick_fills_only_the_sizes_not_given():
     args = parser.parse_args(["--repeats", "5"])
     apply_sizes(args)
     assert (args.repeats, args.lengths) == (5, FULL["lengths"])
+
+
+TINY_RUN = [
+    "--model", "random", "--arms", "ar,wedlm", "--num-prompts", "1", "--max-new-tokens", "8", "--repeats", "1",
+    "--thresholds", "none", "--lengths", "8", "--no-progress",
+]
+"""Sizes that override all of `--quick`'s: its defaults for where the chart goes stay, the run takes seconds."""
+
+
+def test_quick_writes_its_chart_where_the_readme_shows_it(tmp_path, monkeypatch, capsys):
+    """`bench --quick` writes bench_quick.png and bench_quick.json, the names of the README's chart and its numbers
+    in docs/, to the current folder; `--plot`/`--json` put them elsewhere, and then nothing lands there."""
+    from wedlm_hf.commands.bench import QUICK
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert f"](docs/{QUICK['plot']})" in readme and f"`{QUICK['plot']}`" in readme
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "--quick", *TINY_RUN]) == 0
+    assert (tmp_path / QUICK["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((tmp_path / QUICK["json"]).read_text())["config"]["max_new_tokens"] == 8
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    chosen = ["--plot", str(tmp_path / "b.png"), "--json", str(tmp_path / "b.json")]
+    assert main(["bench", "--quick", *TINY_RUN, *chosen]) == 0
+    assert (tmp_path / "b.png").stat().st_size > 0 and (tmp_path / "b.json").exists()
+    assert list(elsewhere.iterdir()) == []
+    capsys.readouterr()
 
 
 def test_a_model_not_trained_for_wedlm_runs_its_lossless_arms():

@@ -16,8 +16,12 @@ from .placement import add_threads_argument
 FULL = {
     "num_prompts": 8, "max_new_tokens": 128, "repeats": 3, "thresholds": "0.1,0.2,0.4,0.8,1.6", "lengths": "64,128,256,512,1024"
 }
-QUICK = {"num_prompts": 4, "max_new_tokens": 64, "repeats": 2, "thresholds": "0.2,0.8", "lengths": "64,128,256,512"}
-"""Sizes of a full run and of `--quick`; an option given on the command line overrides either."""
+QUICK = {
+    "num_prompts": 4, "max_new_tokens": 64, "repeats": 2, "thresholds": "0.2,0.8", "lengths": "64,128,256,512",
+    "plot": "bench_quick.png", "json": "bench_quick.json",
+}
+"""Sizes of a full run and of `--quick`, and where `--quick` writes its chart and numbers (the names of the README's
+chart and its numbers in docs/); an option given on the command line overrides either."""
 
 
 def _thresholds(text: str) -> tuple[float | None, ...]:
@@ -59,20 +63,27 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--lengths", help=f"generated lengths of the time-vs-length run ('' skips it; default {FULL['lengths']})"
     )
     add_threads_argument(parser)
-    parser.add_argument("--quick", action="store_true", help="small sizes (4 prompts, 64 tokens, 2 repeats) for the options not given: a few minutes")
+    parser.add_argument(
+        "--quick", action="store_true",
+        help="small sizes (4 prompts, 64 tokens, 2 repeats) for the options not given, a few minutes; writes the "
+        f"chart to {QUICK['plot']} and the numbers to {QUICK['json']} in the current folder unless --plot/--json say "
+        "where",
+    )
     parser.add_argument(
         "--compile", nargs="?", const="inductor", default=None, metavar="BACKEND",
         help="also run ar_compiled (transformers' static cache + torch.compile) and wedlm_compiled (WeDLM's "
         "static-shape path, compiled the same way); BACKEND defaults to inductor, 'eager' checks the wiring quickly",
     )
-    parser.add_argument("--json", default=None, metavar="PATH", help="write all results as JSON")
-    parser.add_argument("--plot", default=None, metavar="PATH", help="write the two figures as PNG")
+    parser.add_argument("--json", default=None, metavar="PATH", help="write all results as JSON (default: none; "
+                        f"--quick: {QUICK['json']})")
+    parser.add_argument("--plot", default=None, metavar="PATH", help="write the two figures as PNG (default: none; "
+                        f"--quick: {QUICK['plot']})")
     parser.add_argument("--no-progress", action="store_true")
     parser.set_defaults(run=run)
 
 
 def apply_sizes(args: argparse.Namespace) -> None:
-    """Fill in the size options not given on the command line: `--quick`'s, else a full run's."""
+    """Fill in the options not given on the command line: `--quick`'s, else a full run's."""
     for key, value in (QUICK if args.quick else FULL).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -84,9 +95,9 @@ def run(args: argparse.Namespace) -> int:
     from ..bench.report import markdown, plot, write_json
     from ..bench.runner import BenchConfig, run_bench
 
+    apply_sizes(args)
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         raise SystemExit("--plot needs matplotlib: pip install 'wedlm-hf[bench]'")  # fail before, not after, the run
-    apply_sizes(args)
     config = BenchConfig(  # bad arms fail here, before the model loads
         max_new_tokens=args.max_new_tokens,
         repeats=args.repeats,
