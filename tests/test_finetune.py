@@ -233,6 +233,23 @@ def test_cli_finetune_errors_are_one_line(tmp_path, tiny_llama, capsys):
     assert "not allowed with argument --evaluate" in capsys.readouterr().err
 
 
+def test_a_non_empty_output_dir_needs_overwrite_or_resume(tmp_path, tiny_llama, counting_data, capsys, monkeypatch):
+    """As `export` and batch `generate` refuse: nothing is loaded or written over without being asked."""
+    output = tmp_path / "out"
+    output.mkdir()
+    (output / "notes.txt").write_text("mine")
+    argv = ["finetune", str(tiny_llama), "--data", str(counting_data), "--output-dir", str(output)]
+    assert wedlm_hf_cli(argv) == 1
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and f"{output} is not empty: pass --overwrite" in error and "--resume" in error
+    assert [path.name for path in output.iterdir()] == ["notes.txt"]
+    runs = []
+    monkeypatch.setattr("wedlm_hf.finetune.recipe.finetune", lambda *args: runs.append(args) or {})
+    for flag in ("--overwrite", "--resume"):
+        assert wedlm_hf_cli([*argv, flag]) == 0
+    assert len(runs) == 2
+
+
 @pytest.mark.parametrize(
     "flags, keywords, reason",
     [

@@ -49,7 +49,14 @@ def register(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("model", help="a WeDLM checkpoint or any model `wedlm_hf.enable` admits: " + MODEL_HELP)
     add("--data", required=True, help="JSONL of {'text': ...} or {'messages': [...]} records, or a local `datasets` file/folder")
-    add("--output-dir", required=True, help="where checkpoints and the adapted model (or adapter) are written")
+    add(
+        "--output-dir", required=True,
+        help="where checkpoints and the adapted model (or adapter) are written (new or empty, unless --overwrite or --resume)",
+    )
+    add(
+        "--overwrite", action="store_true",
+        help="write into an --output-dir that already holds files: those of the run's names are replaced, others kept",
+    )
     add_field_arguments(parser, FinetuneOptions, HELP)
     add_written_arguments(parser, "the output's generation config")
     add("--deepspeed", help="a DeepSpeed config file, as for any Trainer job")
@@ -72,6 +79,12 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..finetune.recipe import finetune
 
+    target = Path(args.output_dir)
+    if target.is_dir() and any(target.iterdir()) and not (args.overwrite or args.resume):
+        raise ValueError(
+            f"{target} is not empty: pass --overwrite to write the run into it, --resume to continue its newest "
+            "checkpoint, or name a new folder"
+        )
     values = field_values(args, FinetuneOptions, exclude=("trainer_arguments",))
     passed = {name: getattr(args, name) for name in ("deepspeed", "fsdp") if getattr(args, name)}
     summary = finetune(args.model, args.data, args.output_dir, FinetuneOptions(**values, trainer_arguments=passed))
