@@ -191,6 +191,31 @@ def test_cli_resume_after_a_torn_write(tmp_path, capsys, per_row):
     assert "0 rows generated" in capsys.readouterr().err and output.read_text() == complete
 
 
+def test_an_interrupted_job_says_how_to_resume(tmp_path, capsys, monkeypatch, per_row):
+    """Ctrl-C mid-job: exit status 130 and one line naming --resume, which then finishes the file."""
+    import wedlm_hf.batch
+
+    source, output = write_rows(tmp_path / "in.jsonl", ROWS), tmp_path / "out.jsonl"
+    args = ["generate", "--input", str(source), "--output", str(output), "--max-new-tokens", str(NEW_TOKENS),
+            "--batch-size", "2", "--no-progress"]
+    real = wedlm_hf.batch.generate_in_rounds
+
+    def interrupted_once_a_row_is_written(*arguments, **keywords):
+        for finished, work in real(*arguments, **keywords):
+            yield finished, work
+            if finished:
+                raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(wedlm_hf.batch, "generate_in_rounds", interrupted_once_a_row_is_written)
+        assert main(args) == 130
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and error.endswith("keeps the rows finished so far: rerun with --resume to generate the rest")
+    assert 0 < len(read_output(output)) < len(ROWS)
+    assert main(args + ["--resume"]) == 0
+    check_against_per_row(read_output(output), per_row)
+
+
 def _env() -> dict:
     return dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
 

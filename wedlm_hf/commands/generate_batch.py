@@ -93,6 +93,14 @@ def _load(args: argparse.Namespace, state, device: "torch.device | None"):
     return wedlm_hf.enable(model), tokenizer
 
 
+def _interrupted(args: argparse.Namespace, unwritten: bool) -> str:
+    """What an interrupted job left in --output (`unwritten`: --overwrite had not emptied it yet), and how to go on."""
+    if unwritten:
+        return f"--output {args.output} is as it was"
+    instead = " instead of --overwrite" if args.overwrite else ""
+    return f"--output {args.output} keeps the rows finished so far: rerun with --resume{instead} to generate the rest"
+
+
 def as_chat(row: "PromptRow") -> "PromptRow":
     """--chat: a prompt row as one user message, through the chat template like a "messages" row."""
     if row.prompt is None:
@@ -114,6 +122,7 @@ def run_batch(args: argparse.Namespace, options: dict, device: "torch.device | N
 
     logging.disable_progress_bar()
     state = process_state()
+    replace = args.overwrite  # the old output goes only once the new one has something to say
     try:
         _check_arguments(args)
         rows = read_rows(args.input)
@@ -143,7 +152,6 @@ def run_batch(args: argparse.Namespace, options: dict, device: "torch.device | N
             model, tokenizer, todo, batch_size=args.batch_size, max_padded_tokens=args.max_padded_tokens,
             progress=not args.no_progress, **options,
         )
-        replace = args.overwrite  # the old output goes only once the new one has something to say
         rows_per_process, tokens, start = [0] * state.num_processes, 0, time.perf_counter()
         for finished, work in rounds:
             for done_by in work:
@@ -158,6 +166,10 @@ def run_batch(args: argparse.Namespace, options: dict, device: "torch.device | N
         if state.is_main_process:
             print(f"wedlm-hf generate: error: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        if state.is_main_process:
+            print(f"wedlm-hf generate: interrupted; {_interrupted(args, replace)}", file=sys.stderr)
+        return 130
     seconds = time.perf_counter() - start
     if state.is_main_process:
         if replace or not os.path.exists(args.output):
