@@ -73,8 +73,9 @@ def problem(block: Block) -> str | None:
     if block.marker == "test":
         return None if block.language in RUNNABLE else f"{block.name}: `test` on a block this runner cannot run"
     if block.marker in ELSEWHERE:
-        runner = ELSEWHERE[block.marker]
-        return None if f'"{block.marker}"' in (ROOT / runner).read_text() else f"{block.name}: {runner} never reads it"
+        runner, reads = ELSEWHERE[block.marker], (f'"{block.marker}"', f"<!-- {block.marker} -->")
+        found = any(spelling in (ROOT / runner).read_text() for spelling in reads)
+        return None if found else f"{block.name}: {runner} never reads it"
     if block.marker is not None and SKIP.fullmatch(block.marker):
         return None
     return f"{block.name}: no `<!-- test -->`, no `<!-- skip: REASON -->` and no marker of {sorted(ELSEWHERE)} before it"
