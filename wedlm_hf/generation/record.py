@@ -12,6 +12,7 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengt
 from transformers.generation.streamers import BaseStreamer
 
 from .outputs import CANCELLED, ENDED_BY, EOS, LENGTH, STOP, WeDLMGenerateOutput, WeDLMStats
+from .stopping import first_stop
 from .window import InputRow, Updates, WindowLayout, WindowState
 
 BASE_TOTALS = ("forwards", "generated", "processed")
@@ -148,22 +149,21 @@ class OutputRecord:
     def _apply_user_criteria(
         self, state: WindowState, commit_length: torch.Tensor, start: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Cut each row's commit at the first token after which a user stopping criterion fires, as AR would.
-
-        A criterion may return a plain bool, as older ones (lm-evaluation-harness's stop sequences) do; transformers'
-        `StoppingCriteriaList` accepts that too."""
+        """Cut each row's commit at the first token after which a user stopping criterion fires, as AR would: the
+        commit is written to the row for `first_stop` to read, and a stopped row's cut tokens put back to padding."""
         stopped = torch.zeros_like(commit_length, dtype=torch.bool)
         cut = commit_length.clone()
+        counts, generated = commit_length.tolist(), state.generated.tolist()
         for i, row in enumerate(state.rows.tolist()):
             criteria = self.user_criteria + self.row_criteria.get(row, [])
-            if not criteria:
+            if not criteria or not counts[i]:
                 continue
-            committed = self.sequences[row, : self.prompt_length + int(state.generated[i])]
-            for t in range(int(commit_length[i])):
-                prefix = torch.cat([committed, state.window[i, start : start + t + 1]])[None]
-                if any(bool(torch.as_tensor(criterion(prefix, None)).any()) for criterion in criteria):
-                    cut[i], stopped[i] = t + 1, True
-                    break
+            sequence, end, count = self.sequences[row], self.prompt_length + generated[i], counts[i]
+            sequence[end : end + count] = state.window[i, start : start + count]
+            first = first_stop(criteria, sequence, end, count)
+            if first is not None:
+                cut[i], stopped[i] = first + 1, True
+                sequence[end + first + 1 : end + count] = self.pad_id
         return cut, stopped
 
     def committed_context(self, state: WindowState) -> torch.LongTensor:
