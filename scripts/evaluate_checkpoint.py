@@ -9,6 +9,7 @@ share of WeDLM continuations identical to AR greedy, and the AR perplexity (unde
 """
 
 import argparse
+import datetime
 import math
 import re
 import time
@@ -19,6 +20,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import wedlm_hf
+from wedlm_hf.bench.measure import machine_info
 from wedlm_hf.bench.prompts import stdlib_files
 
 COUNTING_PROMPTS = (
@@ -143,9 +145,11 @@ def table(results: dict[str, dict], window: int, penalty: float, max_new_tokens:
                 f"{arm.perplexity:.2f} | {ar.perplexity:.2f} |"
             )
     rows.append("")
+    machine = machine_info()
     rows.append(
-        f"Window {window}, position penalty {penalty}, greedy, one prompt per call, "
-        f"at most {max_new_tokens} new tokens."
+        f"`scripts/evaluate_checkpoint.py`, {datetime.date.today()}, {machine['logical_cores']}-vCPU "
+        f"\"{machine['cpu']}\", torch threads {machine['torch_threads']}: window {window}, position penalty "
+        f"{penalty}, greedy, one prompt per call, at most {max_new_tokens} new tokens."
     )
     return "\n".join(rows)
 
