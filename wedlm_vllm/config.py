@@ -3,32 +3,17 @@ families admitted, and the mask token id.
 
 A WeDLM checkpoint is a Qwen2.5- or Qwen3-layout model under the standard Qwen weight names (spec section 5), so
 vLLM's own Qwen2/Qwen3 classes run it: the config below names the layout's class as its architecture. Its layout
-rule is `WeDLMConfig`'s, from the same file (`wedlm_hf/modeling/layout.py`, loaded here by its path: importing
-it through `wedlm_hf` would load torch and transformers' models in every process vLLM starts).
+rule is `WeDLMConfig`'s, from the same file (`wedlm_hf/modeling/layout.py`, loaded by its path: `hf_files`).
 """
-
-import importlib.util
-from pathlib import Path
 
 from huggingface_hub.dataclasses import strict
 from transformers import PretrainedConfig
 from transformers.models.qwen3.configuration_qwen3 import Qwen3Config
 
+from . import hf_files
 from .options import DrafterOptions
 
-
-def _load_layout():
-    """`wedlm_hf/modeling/layout.py` as a module of its own, without running `wedlm_hf`'s `__init__`."""
-    package = importlib.util.find_spec("wedlm_hf")  # finds the package without importing it
-    spec = importlib.util.spec_from_file_location(
-        "wedlm_vllm._layout", Path(package.origin).parent / "modeling" / "layout.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-layout = _load_layout()
+layout = hf_files.load("modeling/layout.py")
 
 ADMITTED_ARCHITECTURES = (
     "LlamaForCausalLM",

@@ -4,7 +4,8 @@ A step's time is modelled as `fixed + per_token * tokens` (the tokens every requ
 matters: `scale = fixed / per_token`, the tokens a step carries for the price of its fixed part. Where a step of
 many tokens costs about what a step of one does (an accelerator reads its weights once per step), `scale` is in
 the thousands and every draft pays; on a CPU it is a few dozen tokens, so at 32 requests a step of 1 + 24 tokens
-per request costs more than its accepted drafts save.
+per request costs more than its accepted drafts save. The scales are `wedlm_hf`'s (`generation/forward_cost.py`,
+loaded by its path), one table for both packages.
 
 With B requests, each request r feeding w_r draft tokens (drafts and mask slots) expected to gain g_r accepted
 tokens per draft token (`schedule.gain_per_token`), a step returns B + sum(g * w) tokens for a time
@@ -12,17 +13,15 @@ proportional to scale + B + sum(w). `priced` keeps a request's width where its o
 taking the best first.
 """
 
-SCALES = {"cpu": 24}
-"""`scale` per device type, declared: on a CPU, 20 to 32 tokens by the forward-cost table filed with issue 47 (the
-embedded checkpoint, 1 thread, a 2-vCPU EPYC, 64 tokens cached: a forward of 17 tokens per row costs 1.76x one of 1
-token at batch 1, 5.20x at batch 8, 9.06x at batch 32)."""
-DEFAULT_SCALE = 2048
-"""Other devices: an accelerator reads the weights once per step whatever its columns (declared, not measured here)."""
+from . import hf_files
+
+forward_cost = hf_files.load("generation/forward_cost.py")
+"""`wedlm_hf`'s cost model, whose declared scales (`SCALES`, `DEFAULT_SCALE`) the drafter prices with too."""
 
 
 def forward_scale(device_type: str, override: int | None = None) -> int:
     """The scale the drafter prices with: `override` (the `forward_scale` option), else the device type's."""
-    return override if override is not None else SCALES.get(device_type, DEFAULT_SCALE)
+    return override if override is not None else forward_cost.declared_scale(device_type)
 
 
 def priced(widths: list[int], gains: list[float], scale: float) -> list[int]:

@@ -1,0 +1,76 @@
+"""What a decoding step costs as the tokens its forward carries grow: the one cost model that every choice of a
+step's width reads (lossless mode's drafts and tries, plain mode's warning, the vLLM drafter's widths).
+
+A step's time is modelled as `fixed + per_token * tokens`, `tokens` being every row's fed columns: a batched forward
+pads each row to the widest, so B rows of C columns cost B * C however few of them a row needs. Only the ratio
+matters, `scale = fixed / per_token`, the tokens a step carries for the price of its fixed part. Where a forward of
+many tokens costs about what one of a single token does (an accelerator reads its weights once per step), `scale`
+is in the thousands and every draft with a fair chance pays; on a CPU it is a few dozen tokens, so a 16-slot window
+pays at batch 1 and not at batch 32.
+
+A step that verifies drafts also does more of the decoder's own work around its forward than a one-column step
+does (some 140 small tensor ops against a dozen: gathering, verifying, shifting, filling): `verify_share` of the
+fixed part.
+
+Declared per device type (`SCALES`, `VERIFY_SHARES`), the scale overridable per call (`wedlm_forward_scale`). This
+module imports only the standard library, so `wedlm_vllm` loads it by its path without importing torch.
+"""
+
+from dataclasses import dataclass
+
+SCALES = {"cpu": 24}
+"""`scale` per device type, declared. On a CPU, 20 to 32 tokens by the forward-cost table filed with issue 47
+(embedded checkpoint, 1 thread, 64 tokens cached, 2-vCPU AMD EPYC, 2026-12-06): a forward of 17 tokens per row cost
+1.76x one of 1 token at batch 1, 5.20x at batch 8, 9.06x at batch 32; `ForwardCost.relative` at 24 gives 1.64x,
+5.00x and 10.1x."""
+DEFAULT_SCALE = 2048
+"""Other devices: an accelerator reads the weights once per step whatever its columns (declared, not measured)."""
+VERIFY_SHARES = {"cpu": 0.25}
+"""The decoder's extra work in a step that verifies drafts, as a share of the forward's fixed part, per device type:
+on a CPU the lossless update after a forward of 3 or 4 columns took about 1 ms more than after a one-column forward,
+against about 4 ms for a one-token forward of the embedded checkpoint (2-vCPU AMD EPYC, 2026-12-06)."""
+DEFAULT_VERIFY_SHARE = 0.1
+"""Other devices: the extra step work's kernel launches against a forward's (declared, not measured)."""
+
+
+@dataclass(frozen=True)
+class ForwardCost:
+    """A step's time in units of one fed token's cost: `scale + tokens`, plus `verify_share * scale` where the
+    step verifies drafts."""
+
+    scale: float
+    verify_share: float
+
+    @classmethod
+    def declared(cls, device_type: str, scale: float | None = None) -> "ForwardCost":
+        """The device type's declared model; `scale` (a `wedlm_forward_scale` value) replaces its scale."""
+        return cls(
+            scale=float(declared_scale(device_type) if scale is None else scale),
+            verify_share=VERIFY_SHARES.get(device_type, DEFAULT_VERIFY_SHARE),
+        )
+
+    def step(self, tokens, verifies=False):
+        """The time of a step feeding `tokens` in all (a number, or a tensor of them; `verifies` alike)."""
+        return self.scale + tokens + self.verify_share * self.scale * verifies
+
+    def relative(self, rows: int, columns: int) -> float:
+        """A forward of `columns` per row as a multiple of a one-column forward, at `rows` rows (the forward alone,
+        as issue 47's table measured it)."""
+        return self.step(rows * columns) / self.step(rows)
+
+    def pays_from(self, columns: int, tokens: float) -> int | None:
+        """The smallest batch size from which a forward of `columns` per row committing `tokens` per row costs more
+        than `tokens` one-column forwards do (None: it pays at every batch size)."""
+        # scale + rows * columns > tokens * (scale + rows)  <=>  rows * (columns - tokens) > (tokens - 1) * scale
+        if columns <= tokens:
+            return None
+        return int((tokens - 1) * self.scale // (columns - tokens)) + 1
+
+    def table(self, batches: tuple[int, ...], columns: tuple[int, ...]) -> list[tuple[int, list[float]]]:
+        """`relative` for every batch size of `batches` and width of `columns`, one row per batch size."""
+        return [(rows, [self.relative(rows, width) for width in columns]) for rows in batches]
+
+
+def declared_scale(device_type: str) -> int:
+    """The scale declared for `device_type` (`SCALES`, else `DEFAULT_SCALE`)."""
+    return SCALES.get(device_type, DEFAULT_SCALE)
