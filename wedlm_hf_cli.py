@@ -27,7 +27,9 @@ SUBCOMMANDS = {  # name: (module, one-line help, the extra that installs its opt
     ),
     "train": ("wedlm_hf.commands.train", "train the embedded WeDLM checkpoint from scratch on CPU", "train"),
     "finetune": ("wedlm_hf.commands.finetune", "adapt a causal LM (or a WeDLM checkpoint) to WeDLM decoding", "finetune"),
-    "export": ("wedlm_hf.commands.export", "export a Hub-ready WeDLM folder or a custom_generate recipe", None),
+    "export": (
+        "wedlm_hf.commands.export", "export a Hub-ready WeDLM folder, a custom_generate recipe or a demo Space", None
+    ),
     "push": ("wedlm_hf.commands.push", "upload a folder written by `wedlm-hf export` to the Hub", None),
 }
 

@@ -1,4 +1,5 @@
-"""Shipped checkpoint configs, `wedlm-hf export` (remote code, custom_generate) and `wedlm-hf push`, offline."""
+"""Shipped checkpoint configs, `wedlm-hf export` (remote code, custom_generate, the refusals of --space) and
+`wedlm-hf push` (a model or a Space), offline."""
 
 import copy
 import json
@@ -6,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import zipfile
 
 import pytest
 import torch
@@ -18,6 +20,7 @@ from tiny_models import MASK_ID, tiny_model
 from wedlm_hf import WeDLMConfig, WeDLMForCausalLM, enable
 from wedlm_hf.cli import main
 from wedlm_hf.hub import HUB_CONFIG_NAMES, hub_config_dir
+from wedlm_hf.hub.space import SPACE_FILES, wheel_requirements
 
 # name -> (transformers class with the same weights, parameter count in billions, attention bias / q-k norm)
 CHECKPOINTS = {
@@ -128,8 +131,11 @@ def test_custom_generate_repo_on_untouched_llama(tmp_path):
     assert torch.equal(torch.cat([put.flatten() for put in streamer.puts]), expected[0]) and streamer.ended
 
 
-def test_push_uploads_the_export(tmp_path, monkeypatch, capsys):
+@pytest.fixture
+def hub_calls(monkeypatch) -> dict:
+    """What `wedlm-hf push` asks of the Hub, recorded instead of sent (there is no network here), under a token."""
     calls = {}
+    monkeypatch.setenv("HF_TOKEN", "hf_test")
     monkeypatch.setattr(wedlm_hf.hub.push, "create_repo", lambda repo_id, **kw: calls.setdefault("create", (repo_id, kw)))
 
     def fake_upload(folder_path, repo_id, **kwargs):
@@ -137,12 +143,74 @@ def test_push_uploads_the_export(tmp_path, monkeypatch, capsys):
         return f"https://huggingface.co/{repo_id}/commit/0"
 
     monkeypatch.setattr(wedlm_hf.hub.push, "upload_folder", fake_upload)
+    return calls
+
+
+def test_push_uploads_the_export(tmp_path, hub_calls, capsys):
     assert main(["export", str(tmp_path / "out"), "--config", "WeDLM-7B-Base"]) == 0
     assert main(["push", str(tmp_path / "out"), "--repo-id", "me/WeDLM-7B-Base", "--private"]) == 0
-    assert calls["create"] == ("me/WeDLM-7B-Base", {"private": True, "token": None, "exist_ok": True})
-    repo_id, files, _ = calls["upload"]
+    repo_id, options = hub_calls["create"]
     assert repo_id == "me/WeDLM-7B-Base"
+    assert options == {"repo_type": "model", "space_sdk": None, "private": True, "token": "hf_test", "exist_ok": True}
+    repo_id, files, upload = hub_calls["upload"]
+    assert repo_id == "me/WeDLM-7B-Base" and upload["repo_type"] == "model" and upload["token"] == "hf_test"
     assert {"config.json", "generation_config.json", "README.md", "modeling_wedlm.py", "decoding.py"} <= set(files)
     capsys.readouterr()
     assert main(["push", str(tmp_path), "--repo-id", "me/empty"]) == 1  # a user error: one line, no traceback
     assert "not an exported folder" in capsys.readouterr().err
+
+
+def test_push_uploads_a_space_folder_as_a_gradio_space(tmp_path, hub_calls):
+    for name in SPACE_FILES:  # what `wedlm-hf export --space` writes (tests/test_space_export.py runs one)
+        (tmp_path / name).write_text("")
+    assert main(["push", str(tmp_path), "--repo-id", "me/wedlm-demo"]) == 0
+    repo_id, options = hub_calls["create"]
+    assert repo_id == "me/wedlm-demo" and options["repo_type"] == "space" and options["space_sdk"] == "gradio"
+    assert hub_calls["upload"][1] == sorted(SPACE_FILES) and hub_calls["upload"][2]["repo_type"] == "space"
+
+
+def test_push_without_a_token_is_refused_in_one_line(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    env = {key: value for key, value in os.environ.items() if key != "HF_TOKEN"}
+    result = subprocess.run(
+        [sys.executable, "-m", "wedlm_hf.cli", "push", str(tmp_path), "--repo-id", "me/x"],
+        capture_output=True, text=True, timeout=PATIENCE_S, env={**env, "HF_HOME": str(tmp_path)},  # no stored token
+    )
+    assert result.returncode == 1
+    assert result.stderr == (
+        "wedlm-hf push: error: no Hugging Face token: run `hf auth login` or set HF_TOKEN to a token with write access\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        (["--model", "wedlm-tiny"], "--model 'wedlm-tiny': a Space loads a named model (wedlm-tiny-code, smollm2, "),
+        (["--model", "wedlm-tiny"], "did you mean 'wedlm-tiny-code'?"),
+        (["--model", "{tmp}"], "not a folder of this machine"),
+        (["--model", "x.gguf:q4.gguf"], "or a Hub id like 'user/name'"),
+        (["--config", "WeDLM-7B-Base", "--repo-id", "me/x"], "--space cannot be combined with --config, --repo-id"),
+    ],
+)
+def test_space_export_refuses_what_a_space_cannot_use(tmp_path, capsys, options, message):
+    target = tmp_path / "space"
+    code = main(["export", str(target), "--space", *(option.format(tmp=tmp_path) for option in options)])
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith("wedlm-hf export: error: ") and err.count("\n") == 1, err
+    assert message in err
+    assert not target.exists()  # refused before anything was built or written
+
+
+def test_space_requirements_are_the_wheels_with_the_chosen_extras(tmp_path):
+    wheel = tmp_path / "wedlm_hf-0.1.0-py3-none-any.whl"
+    metadata = "Name: wedlm-hf\nVersion: 0.1.0\n" + "".join(
+        f"Requires-Dist: {line}\n"
+        for line in [
+            "torch>=2.4", 'gradio==6.31.0; extra == "demo"', 'gguf==0.19.0; extra == "real"',
+            'pytest>=8; extra == "test"', 'wedlm-hf[real]; extra == "test"',
+        ]
+    )
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("wedlm_hf-0.1.0.dist-info/METADATA", metadata)
+    assert wheel_requirements(wheel, {"demo"}) == ["torch>=2.4", "gradio==6.31.0"]
+    assert wheel_requirements(wheel, {"demo", "real"}) == ["torch>=2.4", "gradio==6.31.0", "gguf==0.19.0"]
