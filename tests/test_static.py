@@ -90,7 +90,7 @@ def test_cache_implementation_static_selects_the_static_path(monkeypatch):
     model = tiny_model("wedlm", peak=40)
     input_ids, attention_mask = random_prompts([6, 3], seed=1)
     static = generate(model, input_ids, attention_mask, cache_implementation="static", max_cache_len=200)
-    assert len(built) == 1 and built[0].max_cache_len == 200
+    assert len(built) == 1 and built[0].blocks.block_size == 200  # one block of max_cache_len per row
     assert torch.equal(static.sequences, generate(model, input_ids, attention_mask).sequences)
     generate(model, input_ids, attention_mask, cache_implementation="static", wedlm_static=False)
     assert len(built) == 1, "an explicit wedlm_static=False wins over the cache implementation"

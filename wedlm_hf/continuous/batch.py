@@ -9,13 +9,13 @@ step (prompt and first window) in a batch of its own, as `generate` decodes it, 
 the first group into an idle batch becomes the loop, and the loop is dropped once its last row is forgotten, so
 the batch only ever holds rows that decode.
 
-The K/V of the running rows live in a pool of `max_batch_size` preallocated rows (generation/pool.py): a joining
-row's K/V are copied into the lowest free pool row and nothing else moves, and a row that ends frees its pool row
-for the running row in the highest one (one row's K/V copied), so no admission or exit copies the running rows'
-cache and every forward feeds the running rows alone. The pool's columns are the longest sequence a request may
-reach (`max_sequence_length`, when the caller gives one) or grow with the longest running row. Without
-the pool (`kv_pool=False`, or an attention implementation that takes no 4D mask, such as FlashAttention) the
-rows share one growing cache, which every admission concatenates and every exit index-selects.
+The K/V of the running rows live in a pool of fixed-size blocks (generation/pool.py, kv_blocks.py): a row holds
+blocks for the positions it has reached, a joining row's K/V are copied into free blocks and nothing else moves,
+and a row that ends hands its blocks back without moving any K/V, so no admission or exit copies the running
+rows' cache, every forward feeds the running rows alone, and the pool's size follows the tokens the rows hold,
+not their budgets or the position limit. Without the pool (`kv_pool=False`, or an attention implementation that
+takes no 4D mask, such as FlashAttention) the rows share one growing cache, which every admission concatenates
+and every exit index-selects.
 """
 
 import copy
@@ -66,7 +66,7 @@ class RunningBatch:
         if not limit:
             raise ValueError("The model declares no max_position_embeddings: pass `max_sequence_length=`.")
         self.max_sequence_length = int(limit)
-        self.pool = self._pool(kv_pool, max_batch_size, max_sequence_length)
+        self.pool = self._pool(kv_pool, max_batch_size)
         self.loop: DecodeLoop | None = None
         """The rows decoding together; None while there are none."""
 
@@ -75,7 +75,7 @@ class RunningBatch:
         """Rows held: decoding, or ended and not yet forgotten."""
         return 0 if self.loop is None else self.loop.record.sequences.shape[0]
 
-    def _pool(self, kv_pool: bool | None, rows: int, max_sequence_length: int | None) -> PoolBackend | None:
+    def _pool(self, kv_pool: bool | None, rows: int) -> PoolBackend | None:
         """The K/V pool (`kv_pool` None: wherever the attention takes the pool's 4D mask), or None."""
         implementation = self.model.config._attn_implementation
         if kv_pool is None:
@@ -87,8 +87,7 @@ class RunningBatch:
             )
         if not kv_pool:
             return None
-        columns = None if max_sequence_length is None else max_sequence_length + self.layout.width
-        return PoolBackend(self.model, rows, self.layout.mask_id, columns)
+        return PoolBackend(self.model, rows, self.layout.mask_id)
 
     def start(self, group: list[GenerationRequest]) -> None:
         """Decode the first step of `group` in a batch of its own (prompt and first window in one forward, as
@@ -136,10 +135,10 @@ class RunningBatch:
             self.loop = None
 
     def clear(self) -> None:
-        """Drop every row (after a fault in a shared step, whose state cannot be trusted); the pool's rows are free."""
+        """Drop every row (after a fault in a shared step, whose state cannot be trusted); the pool's blocks are free."""
         self.loop = None
         if self.pool is not None:
-            self.pool.select_rows(self.pool.index[:0], [])
+            self.pool.select_rows(torch.zeros(0, dtype=torch.long, device=self.device), [])
 
 
 UNSUPPORTED_SAMPLING = ("typical_p", "epsilon_cutoff", "eta_cutoff", "top_h")

@@ -50,9 +50,9 @@ class RequestState:
 class WeDLMScheduler:
     """Admits, decodes and retires requests; `step()` runs one step and returns what each request gained.
 
-    `max_sequence_length` bounds a request's prompt plus max_new_tokens (default: the model's positions); given,
-    the K/V pool reserves that many columns per row up front, else it grows with the longest running row.
-    `kv_pool=False` keeps the running rows' K/V in one growing cache instead of the pool (batch.py).
+    `max_sequence_length` bounds a request's prompt plus max_new_tokens (default: the model's positions); the K/V
+    pool holds blocks for the positions each row has reached, whatever that bound. `kv_pool=False` keeps the
+    running rows' K/V in one growing cache instead of the pool (batch.py).
     `draft_history` (tokens; lossless decoding only) keeps the prompts and outputs of ended requests, newest first,
     for drafting the next ones (history.py), for workloads that repeat themselves."""
 

@@ -1,94 +1,110 @@
-"""`KVPool`: the pool backend's K/V (pool.py), a fixed (rows, heads, columns, head_dim) tensor per layer whose
-rows each hold one running row's K/V, contiguous from column 0 (`end`: how many before the next window). A forward
-writes each row's window in place at its own columns and attends over a view of the first rows and columns; the
-pool builds that forward's 4D mask and write positions itself (`begin_forward`)."""
+"""`KVPool`: the pool backend's K/V (pool.py) in fixed-size blocks: per layer one (slots, heads, head_dim) tensor
+for keys and one for values, each row's logical positions mapped to slots by its block table (kv_blocks.py).
+
+A forward writes each row's fed columns at the slots of its positions `end`, `end + 1`, ... (feed order: the
+committed tokens' K/V first, then the window's; what the next commit does not keep is overwritten by the next
+window, as before), then reads each row's positions 0 .. longest row through its own table (one `index_select`
+per layer and tensor; a row's positions past its own are clamped to its last, so it reads its own blocks alone),
+so attention covers the rows' own K/V, never a budget or the position limit. With one block per row in row order
+(the static path's fixed shapes) the read is a view instead. The pool builds that forward's 4D mask and slot
+indices itself (`begin_forward`)."""
 
 import torch
 from transformers.cache_utils import Cache, StaticLayer
 
 from .attention import additive_mask
 from .cache import WeDLMCache
-from .window import Updates
+from .kv_blocks import BlockTable
 
 
-class RowWriteLayer(StaticLayer):
-    """A `StaticLayer` whose rows write their new K/V at their own columns, and whose attention reads a view of the
-    first rows and columns (`KVPool.view`)."""
+class BlockLayer(StaticLayer):
+    """A `StaticLayer` whose K/V are the pool's slots: its rows write at their own slots and read their own
+    positions (`KVPool.write_slots`, `KVPool.read_slots`)."""
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, write_index: dict, view: tuple):
-        """Write at `write_index[heads]` (`KVPool._write_index`; a quarter of a `scatter_`'s cost on a CPU), the new
-        K/V read in (rows, fed, heads) order: their memory order as attention modules project them, so no copy."""
-        rows, length = view
-        index = write_index[key_states.shape[1]]
-        for pool, new in ((self.keys, key_states), (self.values, value_states)):
-            pool.view(-1, pool.shape[-1]).index_copy_(0, index, new.transpose(1, 2).reshape(-1, new.shape[-1]))
-        return self.keys[:rows, :, :length], self.values[:rows, :, :length]
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, pool: "KVPool"):
+        """The new K/V read in (rows, fed, heads) order, their memory order as attention modules project them;
+        returned as (rows, heads, positions, head_dim), the order attention takes."""
+        rows, heads, _, dim = key_states.shape
+        read = []
+        for storage, new in ((self.keys, key_states), (self.values, value_states)):
+            storage.index_copy_(0, pool.write_slots, new.transpose(1, 2).reshape(-1, heads, dim))
+            rows_read = storage if pool.read_slots is None else storage.index_select(0, pool.read_slots)
+            read.append(rows_read.view(rows, -1, heads, dim).transpose(1, 2))
+        return tuple(read)
 
 
 class KVPool(Cache):
-    """`rows` pool rows of `max_cache_len` K/V columns per layer, allocated from the first K/V copied in (their
-    heads, head sizes, dtype and device); builds each forward's 4D mask and write columns itself."""
+    """Blocks of `block_size` positions per layer, allocated from the first K/V copied in (their heads, head sizes,
+    dtype and device); `contiguous`: every row holds one block, its own row's, and forwards read them all as a
+    view. Builds each forward's 4D mask and slot indices itself."""
 
-    max_cache_len: int = 0  # settable: transformers 5.19's `Cache` has a read-only `max_cache_len` (5.20 dropped it)
-
-    def __init__(self, num_layers: int, rows: int, max_cache_len: int, mask_dtype: torch.dtype | None):
-        super().__init__(layers=[RowWriteLayer(max_cache_len) for _ in range(num_layers)])
-        self.rows, self.max_cache_len = rows, max_cache_len
+    def __init__(self, num_layers: int, block_size: int, mask_dtype: torch.dtype | None, device: torch.device):
+        super().__init__(layers=[BlockLayer(block_size) for _ in range(num_layers)])
+        self.blocks = BlockTable(block_size, device)
         self.mask_dtype = mask_dtype
         """None: a boolean mask (True = attend); a float dtype: an additive mask (eager attention)."""
+        self.contiguous = False
         self.end: torch.Tensor | None = None
-        """(rows,) each pool row's K/V columns before its next window (0 for a free row); None until allocated."""
-        self.view = (rows, max_cache_len)
-        self.write_index: dict[int, torch.Tensor] = {}
-        """Per K/V head count, where the next forward writes (`_write_index`), set with its mask."""
+        """(rows,) each row's committed K/V: the positions before its next window; None until allocated."""
+        self.write_slots: torch.Tensor | None = None
+        """Where the forward in progress writes each (row, fed column), flattened (`begin_forward`)."""
+        self.read_slots: torch.Tensor | None = None
+        """Which slot each (row, position) the forward in progress reads, flattened; None: every slot, as a view."""
 
     def allocate(self, source: WeDLMCache) -> None:
-        """Allocate every layer like `source`'s (one row of it is enough)."""
+        """Empty storage in every layer, like `source`'s K/V (one row of it is enough); `grow` adds blocks."""
         for layer, like in zip(self.layers, source.layers):
-            layer.lazy_initialization(
-                like.keys[:1].expand(self.rows, -1, -1, -1), like.values[:1].expand(self.rows, -1, -1, -1)
-            )
-        self.end = torch.zeros(self.rows, dtype=torch.long, device=source.key_mask.device)
+            for name in ("keys", "values"):
+                values = getattr(like, name)
+                setattr(layer, name, values.new_zeros((0, values.shape[1], values.shape[3])))
+            layer.is_initialized = True
+        self.end = torch.zeros(0, dtype=torch.long, device=source.key_mask.device)
 
-    def grown(self, max_cache_len: int) -> Updates:
-        """Every layer's K/V in `max_cache_len` columns, the current ones copied in front."""
-        updates: Updates = [(self, {"max_cache_len": max_cache_len, "view": (self.rows, max_cache_len)})]
+    def grow(self, capacity: int) -> None:
+        """Hold `capacity` blocks: each tensor is copied into a larger one in turn (so one extra tensor at most is
+        alive), block ids kept, so what any row reads is unchanged (a grow needs no undoing if a join fails)."""
+        slots = capacity * self.blocks.block_size
         for layer in self.layers:
-            values = {"max_cache_len": max_cache_len}
-            if layer.is_initialized:
-                for name in ("keys", "values"):
-                    old = getattr(layer, name)
-                    values[name] = old.new_zeros((*old.shape[:2], max_cache_len, old.shape[-1]))
-                    values[name][:, :, : old.shape[2]] = old
-            updates.append((layer, values))
-        return updates
+            for name in ("keys", "values"):
+                old = getattr(layer, name)
+                new = old.new_zeros((slots, *old.shape[1:]))
+                new[: old.shape[0]] = old
+                setattr(layer, name, new)
+        self.blocks.add_capacity(capacity)
 
-    def gather_window(self, rows: torch.Tensor, columns: torch.Tensor) -> None:
-        """Pool rows `rows` take, at their window's first columns, the K/V their last forward wrote at window
-        columns `columns` (rows, n): a tree's kept K/V moved into order."""
-        end, last = self.end[rows][:, None], self.max_cache_len - 1
-        source = (end + columns).clamp(max=last)
-        target = (end + torch.arange(columns.shape[1], device=columns.device)).clamp(max=last)
+    def write(self, slots: torch.Tensor, source: WeDLMCache) -> None:
+        """Copy `source`'s valid K/V (`key_mask`, row by row, in column order) into `slots` of every layer."""
+        for mine, theirs in zip(self.layers, source.layers):
+            for name in ("keys", "values"):
+                getattr(mine, name).index_copy_(0, slots, getattr(theirs, name).transpose(1, 2)[source.key_mask])
+
+    def gather_window(self, columns: torch.Tensor) -> None:
+        """Each row takes, at its window's first positions, the K/V the last forward wrote at its fed columns
+        `columns` (rows, n): a tree's kept K/V moved into order (past a row's kept count: of no meaning)."""
+        fed = self.write_slots.numel() // self.end.shape[0]
+        written = self.write_slots.view(-1, fed)
+        count = min(columns.shape[1], fed)
+        source, target = written.gather(1, columns[:, :count].clamp(max=fed - 1)), written[:, :count]
         for layer in self.layers:
-            for values in (layer.keys, layer.values):  # (indexed: rows, columns, heads, head_dim)
-                values[rows[:, None], :, target] = values[rows[:, None], :, source]
+            for values in (layer.keys, layer.values):
+                values.index_copy_(0, target.flatten(), values.index_select(0, source.flatten()))
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
-        return self.layers[layer_idx].update(key_states, value_states, self.write_index, self.view)
+        return self.layers[layer_idx].update(key_states, value_states, self)
 
     def get_seq_length(self, layer_idx: int = 0) -> torch.Tensor:
         """The longest row's K/V (a tensor, like `StaticLayer`'s, so no host sync)."""
         return self.end.max()
 
     def begin_forward(
-        self, window_live: torch.Tensor, view: tuple[int, int], window_mask: torch.Tensor | None = None
+        self, window_live: torch.Tensor, length: int, window_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """Prepare a forward over the first `view[0]` pool rows and `view[1]` columns, whose windows' live slots
-        are `window_live` (a free row: none): set where it writes and return its (rows, 1, fed, columns) mask
-        (among the fed columns, causal order, or `window_mask` (rows, fed, fed): a tree's)."""
-        rows, length = view
+        """Prepare a forward of every row over positions 0 .. `length`, whose windows' live slots are `window_live`
+        (a dead row: none; every row holds blocks for its `end` plus the fed columns): set where it writes and
+        reads, and return its (rows, 1, fed, length) mask (among the fed columns, causal order, or `window_mask`
+        (rows, fed, fed): a tree's)."""
         fed = window_live.shape[1]
-        end, columns = self.end[:rows], torch.arange(length, device=window_live.device)
+        end, columns = self.end, torch.arange(length, device=window_live.device)
         queries = end[:, None] + columns[None, :fed]
         offset = columns[None, :] - end[:, None]
         in_window = (offset >= 0) & (offset < fed) & window_live.bool().gather(1, offset.clamp(0, fed - 1))
@@ -100,16 +116,11 @@ class KVPool(Cache):
             order = torch.where(in_window[:, None, :], tree, order)
         # every query sees at least itself, so dead queries never meet an all-masked row (NaN)
         mask = (order & valid[:, None, :]) | (keys == queries[..., None])
-        self.write_index, self.view = self._write_index(queries), view
+        if self.contiguous:
+            self.write_slots, self.read_slots = self.blocks.slots(queries).flatten(), None
+        else:
+            read = self.blocks.slots(torch.minimum(columns[None, :], queries[:, -1:]))
+            self.write_slots, self.read_slots = read.gather(1, queries).flatten(), read.flatten()
         if self.mask_dtype is not None:
             mask = additive_mask(mask, self.mask_dtype)
         return mask[:, None]
-
-    def _write_index(self, columns: torch.Tensor) -> dict[int, torch.Tensor]:
-        """Per head count of the layers, where each (view row, fed slot, head) lands in a layer's K/V flattened to
-        rows x heads x columns, for `columns` (view rows, fed)."""
-        index = {}
-        for heads in {layer.keys.shape[1] for layer in self.layers}:
-            rows = torch.arange(columns.shape[0] * heads, device=columns.device).view(-1, 1, heads)
-            index[heads] = (rows * self.max_cache_len + columns[:, :, None]).view(-1)
-        return index

@@ -11,7 +11,7 @@ transformers' assisted-decoding loop is handed a candidate generator; a new one 
 protocols.py.
 `DecodeLoop` holds the loop between steps, so continuous batching can join rows at a step boundary, and rows can
 move to another backend after their first step (`hand_over`: the prompt's forward runs on the dynamic backend,
-the steps after it on a pool of preallocated K/V).
+the steps after it on a pool of K/V blocks).
 """
 
 from dataclasses import dataclass, replace
@@ -59,17 +59,16 @@ def step_sync(
         [
             plan.length.masked_fill(done, 0).max(),
             plan.filled.sum(1).masked_fill(done, layout.width).min(),
-            *cache_values,
             *(check.long() for check in plan.checks),
             *branches,
         ]
     )
-    host = torch.cat([summary, done.long()]).tolist()
+    host = torch.cat([summary, done.long(), *(value.reshape(-1) for value in cache_values)]).tolist()
     fed, fewest_filled = host[:2]
-    values = host[2 : 2 + len(cache_values)]
-    checks = host[2 + len(cache_values) : 2 + len(cache_values) + len(plan.checks)]
-    rest = host[2 + len(cache_values) + len(plan.checks) :]
-    branch_width, ended = (rest[0] if branches else 0), rest[len(branches) :]
+    checks = host[2 : 2 + len(plan.checks)]
+    branch_width = host[2 + len(plan.checks)] if branches else 0
+    ended = host[len(summary) : len(summary) + done.shape[0]]
+    values = host[len(summary) + done.shape[0] :]
     running = [row for row, end in enumerate(ended) if not end]
     return StepSync(fed, fed - fewest_filled, running, values, checks, branch_width)
 
@@ -208,7 +207,7 @@ class DecodeLoop:
 
     def hand_over(self, backend: ForwardBackend) -> None:
         """Move the running rows to `backend` (which runs none yet), after their first step: e.g. from the dynamic
-        backend that fed their prompt to a pool of preallocated K/V."""
+        backend that fed their prompt to a pool of K/V blocks."""
         swap_in(backend.joined_rows(self.backend))
         self.backend = backend
 

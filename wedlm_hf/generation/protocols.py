@@ -33,7 +33,7 @@ class ForwardBackend(Protocol):
         """The width a forward feeds and the mask columns in it, from the sync's values."""
 
     def sync_values(self, committed: torch.Tensor) -> list[torch.Tensor]:
-        """0-dim tensors `commit` needs, read in the step sync."""
+        """Tensors `commit` needs (0-dim, or one value per running row), read flat in the step sync."""
 
     def commit(self, committed: torch.Tensor, values: list[int], columns: torch.Tensor | None = None) -> None:
         """Keep each row's first `committed` K/V of the last forward, at its fed `columns` (`Kept`) if given."""
