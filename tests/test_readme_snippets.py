@@ -91,7 +91,8 @@ def shell_environment() -> dict:
 
 
 def run_blocks(found: list[Block], folder: Path) -> None:
-    """Run the `test` blocks in order in `folder`; the first that fails raises `SnippetFailed` naming it."""
+    """Run the `test` blocks in order, shell blocks in `folder` (python blocks in the current folder, which the test
+    sets to the same); the first that fails raises `SnippetFailed` naming it."""
     namespace = {"__name__": "__snippet__"}
     for block in (b for b in found if b.marker == "test"):
         if RUNNABLE[block.language] == "python":
