@@ -148,6 +148,24 @@ def test_serve_command_sets_the_generation_config_of_every_request(monkeypatch):
     }
 
 
+def test_serve_takes_an_api_key_and_warns_when_exposed_without_one(monkeypatch, capsys):
+    from wedlm_hf_cli import main
+
+    calls = []
+    monkeypatch.setattr(serving, "serve", lambda model, **options: calls.append(options["api_key"]))
+    monkeypatch.delenv("WEDLM_API_KEY", raising=False)
+    assert main(["serve", "--host", "0.0.0.0"]) == 0
+    assert "0.0.0.0 is reachable from other machines and no API key is set" in capsys.readouterr().err
+    assert main(["serve", "--host", "0.0.0.0", "--api-key", "flag-key"]) == 0
+    monkeypatch.setenv("WEDLM_API_KEY", "env-key")
+    assert main(["serve", "--host", "0.0.0.0"]) == 0 and main(["serve"]) == 0
+    assert calls == [None, "flag-key", "env-key", "env-key"] and capsys.readouterr().err == ""
+    with pytest.raises(ValueError, match="the API key is empty"):
+        serving.hooks.serve(
+            wedlm_hf.DEFAULT_MODEL, host="127.0.0.1", port=free_port(), generation_defaults={}, api_key=" "
+        )
+
+
 def test_model_manager_applies_the_defaults_of_its_own_server():
     """The hooks give the server a manager bound to its defaults, and leave transformers as they found it."""
     original, found = model_manager.ModelManager, transformers.__dict__.get("WeDLMForCausalLM")
@@ -213,6 +231,29 @@ def test_vllm_sampling_fields_are_accepted(server):
     with pytest.raises(openai.BadRequestError, match="`top_k` shapes sampling, and this request does not sample") as e:
         complete(client, extra_body={"top_k": 3})
     assert e.value.param == "top_k"
+
+
+def test_choices_echo_logprobs_and_token_prompts_one_request_at_a_time(server):
+    """`n`, `echo`, `logprobs` and token-id prompts without continuous batching: one `generate()` per choice, and
+    streamed pieces labelled with their tokens by the streamer `generate()` feeds."""
+    client, model, _ = server
+    ids = TOKENIZER(PROMPT)["input_ids"]
+    answer = client.completions.create(model=SERVED, prompt=ids, max_tokens=MAX_TOKENS, n=2, logprobs=1, echo=True)
+    assert [choice.text for choice in answer.choices] == [PROMPT + local(model)] * 2
+    output = TOKENIZER(local(model))["input_ids"]
+    with torch.no_grad():
+        reference = torch.log_softmax(model(torch.tensor([ids + output])).logits[0], dim=-1)
+    expected = [float(reference[i - 1, token]) for i, token in enumerate(ids + output) if i > 0]
+    first, *served = answer.choices[1].logprobs.token_logprobs
+    assert first is None and served == pytest.approx(expected, abs=1e-4)
+    chunks = client.completions.create(model=SERVED, prompt=PROMPT, max_tokens=MAX_TOKENS, logprobs=0, stream=True)
+    parts = [c.choices[0].logprobs for c in chunks if c.choices and c.choices[0].logprobs]
+    streamed = [value for part in parts for value in part.token_logprobs]
+    assert streamed == pytest.approx(expected[len(ids) - 1 :], abs=1e-4)
+    sampled = client.completions.create(
+        model=SERVED, prompt=PROMPT, max_tokens=MAX_TOKENS, n=2, temperature=1.5, seed=5
+    )
+    assert [choice.text for choice in sampled.choices] == [complete(client, temperature=1.5, seed=s) for s in (5, 6)]
 
 
 CODE = "def f(x):\n    return x\n"

@@ -23,6 +23,7 @@ from ..continuous.requests import GenerationRequest, RequestUpdate
 from ..generation.sampling import SamplingParams
 from .errors import invalid_request
 from .requests import CARRIED, FIELDS
+from .streamers import LabelledQueue
 
 PER_REQUEST = {
     "max_new_tokens", "max_length", "stop_strings", "use_cache", "transformers_version",
@@ -70,7 +71,7 @@ class WeDLMCBGenerateManager(serving_utils.BaseGenerateManager):
 
     def generate_streaming(self, model, processor, inputs, gen_config, request_id, response_parser=None):
         request = self._request(model, processor, inputs, gen_config, request_id)
-        loop, text_queue = asyncio.get_running_loop(), asyncio.Queue()
+        loop, text_queue = asyncio.get_running_loop(), LabelledQueue()
         tokenizer = getattr(processor, "tokenizer", processor)._tokenizer
         streamer = serving_utils.CBStreamer(self, request_id, tokenizer, loop, text_queue, response_parser)
         generated: list[int] = []
@@ -80,8 +81,10 @@ class WeDLMCBGenerateManager(serving_utils.BaseGenerateManager):
                 if update.finished and update.result.error is not None:
                     text_queue.put_nowait(serving_utils._StreamError(update.result.error))
                     return
-                generated.extend(update.new_tokens)
-                streamer.put(SimpleNamespace(generated_tokens=generated))  # all CBStreamer reads of an output
+                for token in update.new_tokens:  # one at a time: the text it decodes to is labelled with it
+                    generated.append(token)
+                    text_queue.labels.pending.append(token)
+                    streamer.put(SimpleNamespace(generated_tokens=generated))  # all CBStreamer reads of an output
                 if update.finished:
                     streamer.end()
             except Exception as error:

@@ -2,30 +2,28 @@
 message from: transformers serve answers FastAPI's `{"detail": ...}` (the official client then shows only "Error
 code: 400") and streams `data: {"error": "<message>"}` with the message unescaped (a quote breaks the JSON).
 
-`build_server` is transformers' app with handlers that write every error (HTTP errors, validation errors, dead
-continuous batching, any other fault) in that shape; `openai_stream_errors` rewrites the streamed error event.
+`add_error_handlers` has transformers' app write every error (HTTP errors, validation errors, dead continuous
+batching, any other fault) in that shape; `openai_stream_errors` rewrites the streamed error event.
 """
 
 import json
 import logging
 from collections.abc import AsyncIterator
 
-from transformers.cli.serving import server
 from transformers.cli.serving.utils import CBWorkerDeadError
 
 logger = logging.getLogger(__name__)
 
-TRANSFORMERS_BUILD_SERVER = server.build_server
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 403: "permission_error",
                404: "not_found_error", 422: "invalid_request_error", 429: "rate_limit_error"}
 STREAM_ERROR = 'data: {"error": "'
 """How transformers' handlers start a streamed error event (then the message, then `"}` and a blank line)."""
 STREAM_ERROR_END = '"}\n\n'
 
 
-def openai_error(message: str, status: int, param: str | None = None) -> dict:
+def openai_error(message: str, status: int, param: str | None = None, code: str | None = None) -> dict:
     error_type = ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-    return {"error": {"message": message, "type": error_type, "param": param, "code": None}}
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
 
 
 def invalid_request(message: str, param: str | None = None, status: int = 400):
@@ -80,13 +78,6 @@ def add_error_handlers(app) -> None:
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(CBWorkerDeadError, engine_dead)
     app.middleware("http")(server_error)
-
-
-def build_server(*args, **kwargs):
-    """transformers serve's FastAPI app (`server.build_server`), its errors in OpenAI's shape."""
-    app = TRANSFORMERS_BUILD_SERVER(*args, **kwargs)
-    add_error_handlers(app)
-    return app
 
 
 async def openai_stream_errors(events: AsyncIterator[str]) -> AsyncIterator[str]:

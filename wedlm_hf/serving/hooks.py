@@ -5,11 +5,12 @@ neither `WeDLMForCausalLM` nor `auto_map`, and it never passes `decoding`. `Serv
 lifetime and leaves the server itself untouched: the WeDLM classes are made visible under their names, and the
 server builds a `ModelManager` subclass that enables each loaded model and makes WeDLM the default of its
 generation config, which every request's config is copied from. It also builds subclasses of transformers'
-endpoint handlers (handlers.py: OpenAI's meaning of the sampling fields, the model named as the user named it), a
+endpoint handlers (handlers.py: every request field served or refused by name, the model named as the user named it), a
 `GenerationState` subclass (managers.py: a request's seed and penalties handed to `generate`; with continuous
-batching, WeDLM's own batching manager, batching.py, instead of transformers' paged-attention one) and its app with
-OpenAI-shaped errors (errors.py). Each server's settings live in its own manager and state; `WeDLMServe` installs
-the hooks when it starts and removes them when it stops.
+batching, WeDLM's own batching manager, batching.py, instead of transformers' paged-attention one), the streamer of
+`generate()` streams (streamers.py: each text piece knows its tokens) and its app with OpenAI-shaped errors and an
+optional API key (app.py). Each server's settings live in its own manager and state;
+`WeDLMServe` installs the hooks when it starts and removes them when it stops.
 """
 
 import errno
@@ -63,10 +64,16 @@ class ServeHooks:
     """What `transformers serve` looks up by name, pointed at WeDLM's classes between `install()` and
     `uninstall()` (or inside `with`): the model classes in the `transformers` namespace, the endpoint handlers and
     app factory, and the `ModelManager` and `GenerationState` (with `batching`, `WeDLMCBGenerateManager` options)
-    the server builds, bound to these settings; `served_names` maps the names clients send to the folders loaded.
-    `uninstall` restores exactly what `install` found."""
+    the server builds, bound to these settings; `served_names` maps the names clients send to the folders loaded,
+    and `api_key`, given, is what every client must bring. `uninstall` restores exactly what `install` found."""
 
-    def __init__(self, generation_defaults: dict, batching: dict | None = None, served_names: dict | None = None):
+    def __init__(
+        self,
+        generation_defaults: dict,
+        batching: dict | None = None,
+        served_names: dict | None = None,
+        api_key: str | None = None,
+    ):
         unknown = set(generation_defaults) - set(GENERATION_OPTIONS)
         if unknown:
             raise ValueError(f"serve cannot set {sorted(unknown)}; settable: {', '.join(GENERATION_OPTIONS)}")
@@ -82,15 +89,17 @@ class ServeHooks:
         from transformers.cli.serving import chat_completion, completion, response, server
         from transformers.cli.serving import utils as serving_utils
 
-        from . import errors, handlers
+        from . import app, handlers
         from .managers import WeDLMGenerationState
+        from .streamers import LabellingDirectStreamer
 
         self.replacements += [
             (chat_completion, "ChatCompletionHandler", handlers.WeDLMChatCompletionHandler),
             (completion, "CompletionHandler", handlers.WeDLMCompletionHandler),
             (response, "ResponseHandler", handlers.WeDLMResponseHandler),
-            (server, "build_server", errors.build_server),
+            (server, "build_server", functools.partial(app.build_server, api_key=api_key)),
             (serving_utils, "GenerationState", functools.partial(WeDLMGenerationState, batching=batching)),
+            (serving_utils, "DirectStreamer", LabellingDirectStreamer),
         ]
         self.saved: list[tuple[object, str, object]] = []
 
@@ -164,22 +173,28 @@ def serve(
     batching: dict | None = None,
     name: str | None = None,
     announce: Callable[[], None] | None = None,
+    api_key: str | None = None,
     **server_options,
 ) -> WeDLMServe:
     """Run `transformers serve` pinned to `model`: until interrupted, or in a thread with `non_blocking=True`
     (then stop it with the returned server's `kill_server()`); with `batching` (max_batch_size, max_batch_tokens),
     requests are continuously batched by WeDLM's scheduler. `name` (default: `model`) is the model id clients
-    send, `/v1/models` lists and responses name. An OSError says so at once if the port cannot be listened on;
+    send, `/v1/models` lists and responses name. With `api_key`, a request without `Authorization: Bearer
+    <api_key>` is answered 401 (auth.py). An OSError says so at once if the port cannot be listened on;
     `announce` is called once it can, before the model loads."""
     from transformers.utils.import_utils import is_serve_available
 
     if not is_serve_available():
         raise ImportError("`wedlm-hf serve` needs transformers' serving dependencies: pip install 'wedlm-hf[serve]'")
+    if api_key is not None and not api_key.strip():
+        raise ValueError("the API key is empty: give a non-empty key, or none")
     check_port(host, port)
     if announce is not None:
         announce()
     name = name or model
-    hooks = ServeHooks(generation_defaults, batching, served_names={name: model} if name != model else None)
+    hooks = ServeHooks(
+        generation_defaults, batching, served_names={name: model} if name != model else None, api_key=api_key
+    )
     return WeDLMServe(
         hooks, force_model=name, host=host, port=port, continuous_batching=batching is not None, **server_options
     )

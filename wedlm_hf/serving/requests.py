@@ -12,6 +12,8 @@ penalty on every token seen, prompt included), ignores `presence_penalty` and re
 - `frequency_penalty` and `presence_penalty` are OpenAI's: logit[t] -= frequency * count(t) + presence *
   [count(t) > 0], counted over the output so far (`OpenAIPenalties`).
 - `seed` seeds the request's sampling.
+- `logit_bias` (token id -> bias in [-100, 100]) is added to the logits, on both endpoints (transformers' completions
+  handler drops it).
 The penalties and the seed ride on the config as attributes of those names (`CARRIED`) to the generate manager,
 which hands them to `generate` (a logits processor, a seed set right before the call), or, with continuous
 batching, into the request's own `SamplingParams`.
@@ -34,7 +36,10 @@ FIELDS = {  # field: (accepted, what it must be)
     "presence_penalty": (lambda v: -2 <= v <= 2, "a number in [-2, 2]"),
     "seed": (lambda v: isinstance(v, int) and -(2**63) <= v < 2**64, "an integer"),
 }
-"""The request fields read here (the others go to transformers' handlers)."""
+"""The numeric request fields read here."""
+READ_HERE = (*FIELDS, "logit_bias")
+"""The request fields read here (the others go to transformers' handlers, whose completions handler drops
+`logit_bias`)."""
 NEUTRAL = {"top_p": (1,), "top_k": (0, -1), "min_p": (0,)}
 """The sampling-only fields, and their values that change nothing."""
 CARRIED = ("frequency_penalty", "presence_penalty", "seed")
@@ -49,9 +54,23 @@ def _value(body: dict, name: str):
     return value
 
 
+def _logit_bias(value) -> dict[tuple[int], float]:
+    """OpenAI's `logit_bias` (token id strings -> bias) as a generation config's `sequence_bias`."""
+    valid = isinstance(value, dict) and all(
+        str(token).isdigit() and isinstance(bias, (int, float)) and not isinstance(bias, bool) and -100 <= bias <= 100
+        for token, bias in value.items()
+    )
+    if not valid:
+        message = f"`logit_bias` must map token ids to numbers in [-100, 100], got {value!r}."
+        raise invalid_request(message, "logit_bias")
+    return {(int(token),): float(bias) for token, bias in value.items()}
+
+
 def apply_request_fields(body: dict, config: GenerationConfig) -> None:
-    """Set what `body`'s fields of `FIELDS` ask for on `config` (the request's own copy), or raise an HTTP 400
+    """Set what `body`'s fields of `READ_HERE` ask for on `config` (the request's own copy), or raise an HTTP 400
     naming the field."""
+    if body.get("logit_bias"):
+        config.sequence_bias = _logit_bias(body["logit_bias"])
     values = {name: _value(body, name) for name in FIELDS if body.get(name) is not None}
     temperature = values.get("temperature")
     if temperature is not None:
