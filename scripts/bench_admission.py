@@ -2,17 +2,17 @@
 
 Admission: the time to admit one request (its first step, prompt and first window, and its join) while N rows of
 256-token contexts run, N = 1, 8, 32, for the growing cache (`kv_pool=False`: every admission concatenates every
-running row's K/V, every exit index-selects them) and for the pool (`kv_pool=True`: one pool row written, one
-freed); the join alone (`DecodeLoop.join`, where the copying happens); the time for the request to leave again
-(exit); and one step of the N rows (the pool's forwards read a view of its rows, the growing cache's its own
-tensors). Medians of interleaved repeats (every path and N in turn, so a busy moment of a shared machine falls on
+running row's K/V, every exit index-selects them) and for the block pool (`kv_pool=True`: the new row's blocks
+written, the leaving row's freed); the join alone (`DecodeLoop.join`, where the copying happens); the time for the
+request to leave again (exit); and one step of the N rows (the pool's forwards gather each row's blocks, the
+growing cache's read its own tensors). Medians of interleaved repeats (every path and N in turn, so a busy moment of a shared machine falls on
 all of them); each figure's ratio to its path's N=1 figure beside it.
 
-Memory: 32 requests (256-token prompts, `--new-tokens` each) arriving one per step, for the growing cache, a pool
-that grows with its longest row and a pool told the longest sequence (`max_sequence_length`: reserved at the first
-admission): the peak of live tensor bytes during the run (torch's profiler: K/V, activations, records; the model's
+Memory: 32 requests (256-token prompts, `--new-tokens` each) arriving one per step, for the growing cache and the
+block pool: the peak of live tensor bytes during the run (torch's profiler: K/V, activations, records; the model's
 weights, allocated before, not counted) and the pool's own K/V bytes, against the sum of the requests' own K/V
-needs (prompt + generated tokens, times the model's K/V bytes per token).
+needs (prompt + generated tokens, times the model's K/V bytes per token). `scripts/kv_memory.py` measures the pool
+on requests of mixed lengths.
 
     python scripts/bench_admission.py                  # the embedded checkpoint, 1 thread
     python scripts/bench_admission.py --repeats 5      # a quicker run
@@ -123,13 +123,9 @@ def memory_table(model, config, new_tokens: int, vocab: int) -> None:
     per_token = 2 * text.num_hidden_layers * text.num_key_value_heads * head_dim * model.dtype.itemsize
     print(f"\n32 requests (256-token prompts, {new_tokens} new tokens), one arriving per step; K/V {per_token} B/token")
     print("| path | K/V needs MB | peak tensors MB | vs needs | pool K/V MB | vs needs |\n|---|---|---|---|---|---|")
-    longest = CONTEXT + new_tokens
-    arms = [("growing cache", False, None), ("pool, growing", True, None), (f"pool, {longest} reserved", True, longest)]
-    for name, kv_pool, max_sequence_length in arms:
+    for kv_pool, name in PATHS.items():
         rng = random.Random(1)
-        scheduler = WeDLMScheduler(
-            model, config, max_batch_size=32, kv_pool=kv_pool, max_sequence_length=max_sequence_length
-        )
+        scheduler = WeDLMScheduler(model, config, max_batch_size=32, kv_pool=kv_pool)
         requests = [GenerationRequest(prompt(rng, vocab), new_tokens) for _ in range(32)]
         results, most_running = {}, []
 
