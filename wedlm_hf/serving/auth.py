@@ -1,6 +1,7 @@
 """An API key for a server others can reach. transformers serve checks none, so one middleware on its app asks
-every request (but the health check and browsers' CORS preflights) for `Authorization: Bearer <key>`, what OpenAI
-clients send from their `api_key`, and answers any other with HTTP 401 in OpenAI's error shape."""
+every request (but the health check and, where the app enables CORS, browsers' preflights, which carry no key) for
+`Authorization: Bearer <key>`, what OpenAI clients send from their `api_key`, and answers any other with HTTP 401
+in OpenAI's error shape."""
 
 import hmac
 import ipaddress
@@ -14,12 +15,14 @@ OPEN_PATHS = ("/health",)
 
 def require_api_key(app, api_key: str) -> None:
     """Answer 401 to every request to `app` that does not bring `api_key`."""
+    from fastapi.middleware.cors import CORSMiddleware
     from fastapi.responses import JSONResponse
 
     expected = f"Bearer {api_key}".encode()
+    cors = any(middleware.cls is CORSMiddleware for middleware in app.user_middleware)  # it answers preflights
 
     async def check_key(request, call_next):
-        preflight = request.method == "OPTIONS" and "access-control-request-method" in request.headers
+        preflight = cors and request.method == "OPTIONS" and "access-control-request-method" in request.headers
         given = request.headers.get("authorization", "").encode()
         if request.url.path in OPEN_PATHS or preflight or hmac.compare_digest(given, expected):
             return await call_next(request)
