@@ -2,12 +2,13 @@
 decodes them side by side), and what the response adds to each (the echoed prompt, log-probabilities).
 
 `ResponseOptions` reads what a request asks of its response; `plan_choices` makes the choices; `ChoiceManager`
-stands for the generate manager in one choice's handler call, recording its tokens and scoring its streamed
-pieces. responses.py joins the choices' answers into one.
+stands for the generate manager in one choice's handler call, recording its tokens, cutting its streamed text
+before a stop string and scoring it. responses.py joins the choices' answers into one.
 """
 
 import asyncio
 import copy
+import functools
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
@@ -37,7 +38,8 @@ def _integer(body: dict, name: str, low: int, high: int, default: int | None = N
 @dataclass(frozen=True)
 class ResponseOptions:
     """What a request asks of its response beyond one text: `n` choices per prompt, log-probabilities with `top`
-    alternatives per token (`top` None: none), the prompt echoed, the usage chunk of a stream, and the API."""
+    alternatives per token (`top` None: none), the prompt echoed, the usage chunk of a stream, the text cut before
+    stop strings, and the API; and who the end user is, for the log."""
 
     chat: bool
     n: int = 1
@@ -145,8 +147,7 @@ def plan_choices(
             if options.top is not None:
                 choice.scorer = TokenScorer(model, options.top)
                 choice.logprobs = (
-                    (lambda scored: chat_logprobs(tokenizer, scored)) if options.chat
-                    else CompletionLogprobs(tokenizer).part
+                    functools.partial(chat_logprobs, tokenizer) if options.chat else CompletionLogprobs(tokenizer).part
                 )
             choices.append(choice)
     return choices
