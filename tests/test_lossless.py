@@ -5,10 +5,14 @@ import torch
 from tiny_models import MASK_ID, random_prompts, tiny_model
 
 import wedlm_hf
-from wedlm_hf.generation.draft_schedule import FIRST_AR_RUN, LOSS_BOUND, TRY_COST, DraftSchedule
+from wedlm_hf.generation.draft_schedule import FIRST_AR_RUN, LOSS_BOUND, MEMORY, TRY_ALLOWANCE, DraftSchedule
+from wedlm_hf.generation.forward_cost import ForwardCost
 
-TOKENS_PER_TRY = round(TRY_COST["cpu"] / LOSS_BOUND)  # (as `DraftSchedule.tokens_per_try`)
-"""Where drafts never pass, the AR tokens a row on the CPU decodes per try (the first comes after as many)."""
+CPU = ForwardCost.declared("cpu")
+TOKENS_PER_TRY = int(
+    DraftSchedule.starting(torch.zeros(3, dtype=torch.long), 16, False, CPU).prices(3).tokens_per_try
+)
+"""Where drafts never pass, the AR tokens whose `LOSS_BOUND` pays for a try, for a row of a batch of 3 on the CPU."""
 
 
 @pytest.mark.parametrize("family", ["wedlm", "wedlm-qwen2", "llama", "qwen3"])
@@ -98,9 +102,10 @@ def test_adaptive_and_full_draft_schedules_give_identical_tokens(family, constan
 
 
 def test_failing_drafts_are_tried_at_the_rationed_rate():
-    """A model not trained for WeDLM starts at zero drafts, and where its drafts never pass it tries one at most
-    once per `TOKENS_PER_TRY` generated tokens: each failed try costs two wider forwards, so the ration bounds
-    what lossless mode loses against AR. Batched rows are rationed each."""
+    """A model not trained for WeDLM starts at zero drafts, and where its drafts never pass it tries one after
+    `FIRST_AR_RUN` tokens, then as its tries' cost stays within `TRY_ALLOWANCE` AR forwards plus `LOSS_BOUND` of
+    its AR decoding (one try per `TOKENS_PER_TRY` tokens): each failed try costs two wider forwards, so the ration
+    bounds what lossless mode loses against AR. Batched rows are rationed each."""
     model = wedlm_hf.enable(tiny_model("llama", seed=4, peak=40))
     input_ids, attention_mask = random_prompts([7, 3, 10], seed=4)
     new_tokens = TOKENS_PER_TRY + 40
@@ -111,20 +116,52 @@ def test_failing_drafts_are_tried_at_the_rationed_rate():
     stats = output.wedlm_stats
     for drafted, accepted, generated in zip(stats.drafted, stats.accepted, stats.generated):
         assert accepted == 0  # the premise: a random model's drafts fail
-        assert 1 <= drafted <= generated // TOKENS_PER_TRY
+        assert 2 <= drafted <= (generated + TRY_ALLOWANCE / LOSS_BOUND) // TOKENS_PER_TRY
 
 
-def test_the_draft_limit_follows_acceptance():
-    """After a rejection before half its limit a row checks twice the drafts that passed (none passed: AR, its next
-    try rationed); after a later rejection it keeps its limit; after a forward that passes every draft, double
-    plus one."""
-    generated = torch.full((4,), 10)
-    schedule = DraftSchedule.starting(generated, window_size=16, trained=True)
-    schedule.draft_limit = torch.tensor([8, 8, 8, 3])
-    drafts, accepted = torch.tensor([8, 8, 8, 3]), torch.tensor([2, 0, 5, 3])
-    schedule.adapt(drafts, accepted, accepted < drafts, generated, accepted)
-    assert schedule.draft_limit.tolist() == [4, 0, 8, 7]
-    assert schedule.probes.tolist() == [0, 0, 0, 0]
+def _schedule(passed: list[float], failed: list[float], window_size: int = 16, scale: float | None = None):
+    generated = torch.full((len(passed),), 10)
+    schedule = DraftSchedule.starting(generated, window_size, True, ForwardCost.declared("cpu", scale))
+    schedule.passed, schedule.failed = torch.tensor(passed), torch.tensor(failed)
+    return schedule
+
+
+def test_the_batch_width_is_what_expected_acceptance_pays_for_at_the_batch_size():
+    """Drafts that always pass pay for the most slots at batch 1 and for none at batch 32 on a CPU (2d + 2 columns
+    for 32 rows cost more than d + 1 tokens per row return); at batch 8 drafts passing 9 times in 10 pay for a few,
+    3 in 4 for none, which pay at batch 1; a row whose drafts fail checks none, unless the other rows' drafts pay
+    for the batch's columns."""
+    assert int(_schedule([9.0], [0.0]).widths()[0]) == 14
+    assert int(_schedule([0.0], [2.0]).widths()[0]) == 0
+    assert int(_schedule([9.0] * 32, [0.0] * 32).widths()[0]) == 0
+    assert 2 < int(_schedule([9.0] * 8, [1.0] * 8).widths()[0]) < 8
+    assert int(_schedule([3.0] * 8, [1.0] * 8).widths()[0]) == 0
+    assert int(_schedule([3.0], [1.0]).widths()[0]) > 2
+    assert int(_schedule([9.0, 0.0], [0.0, 2.0]).widths()[0]) == 14
+    assert int(_schedule([9.0] * 32, [0.0] * 32, scale=2048).widths()[0]) == 14  # where a wide forward is cheap
+
+
+def test_the_width_follows_acceptance():
+    """A row's pass rate weighs its recent forwards by `MEMORY` each: a rejection of the first draft narrows the
+    batch, drafts that pass widen it; a row given drafts that had none to check yet (after a rejection, or a try's
+    first forward) keeps its width, and a batch where nothing pays turns AR, its next try set."""
+    generated = torch.full((1,), 10)
+    schedule = _schedule([3.0], [1.0])
+    schedule.draft_limit = torch.tensor([7])
+    schedule.adapt(torch.tensor([7]), torch.tensor([0]), torch.tensor([True]), generated, torch.tensor([0]))
+    narrowed = int(schedule.draft_limit)
+    assert narrowed < 7
+    assert schedule.passed.tolist() == pytest.approx([3 * MEMORY])
+    assert schedule.failed.tolist() == pytest.approx([1 + MEMORY])
+    schedule.adapt(torch.tensor([0]), torch.tensor([0]), torch.tensor([False]), generated, torch.tensor([0]))
+    assert int(schedule.draft_limit) == narrowed  # nothing checked: the width stays
+    passing = torch.tensor([narrowed])
+    schedule.adapt(passing, passing, torch.tensor([False]), generated, torch.tensor([0]))
+    assert int(schedule.draft_limit) > narrowed
+    failing = _schedule([0.0], [1.0])
+    failing.draft_limit = torch.tensor([1])
+    failing.adapt(torch.tensor([1]), torch.tensor([0]), torch.tensor([True]), generated, torch.tensor([0]))
+    assert failing.draft_limit.tolist() == [0] and failing.try_at.tolist() == [10 + 2 * FIRST_AR_RUN]
 
 
 def test_a_trained_model_checks_only_its_confident_first_drafts():

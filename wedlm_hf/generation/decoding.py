@@ -21,11 +21,12 @@ from transformers.utils import logging
 from .attention import MASK_IMPLEMENTATIONS
 from .dynamic import DynamicBackend
 from .fill import SlotFiller
+from .forward_cost import ForwardCost
 from .lossless import LosslessPolicy
 from .lookup import PromptLookup, TokenHistory
 from .loop import DecodeLoop, run
 from .outputs import WeDLMGenerateOutput, usable_outside_inference_mode
-from .plain import PlainPolicy
+from .plain import PlainPolicy, warn_if_window_does_not_pay
 from .pool import PoolBackend, compiles
 from .processors import split_suppressed
 from .record import OutputRecord
@@ -54,6 +55,7 @@ def wedlm_decode(
     wedlm_blockwise=UNSET,
     wedlm_lossless=UNSET,
     wedlm_draft_schedule=UNSET,
+    wedlm_forward_scale=UNSET,
     wedlm_static=UNSET,
     wedlm_prompt_lookup=UNSET,
     wedlm_prompt_lookup_ngram=UNSET,
@@ -75,7 +77,8 @@ def wedlm_decode(
             wedlm_window_size=wedlm_window_size,
             wedlm_entropy_threshold=wedlm_entropy_threshold, wedlm_pos_penalty_factor=wedlm_pos_penalty_factor,
             mask_token_id=mask_token_id, wedlm_blockwise=wedlm_blockwise, wedlm_lossless=wedlm_lossless,
-            wedlm_draft_schedule=wedlm_draft_schedule, wedlm_static=wedlm_static,
+            wedlm_draft_schedule=wedlm_draft_schedule, wedlm_forward_scale=wedlm_forward_scale,
+            wedlm_static=wedlm_static,
             wedlm_prompt_lookup=wedlm_prompt_lookup, wedlm_prompt_lookup_ngram=wedlm_prompt_lookup_ngram,
             wedlm_prompt_lookup_min_ngram=wedlm_prompt_lookup_min_ngram,
             wedlm_prompt_lookup_tokens=wedlm_prompt_lookup_tokens,
@@ -194,6 +197,7 @@ def start_decoding(
             logits_processor = LogitsProcessorList()  # every one of them is in `record.sampling`
     do_sample = bool(generation_config.do_sample) or (record.sampling is not None and record.sampling.may_sample)
     contiguous = settings.lossless and do_sample
+    cost = ForwardCost.declared(input_ids.device.type, settings.forward_scale)
     filler = SlotFiller(layout, settings, record, logits_processor, do_sample, contiguous)
     if settings.lossless:
         verifier = Verifier(logits_processor, record, do_sample)
@@ -212,9 +216,10 @@ def start_decoding(
                 "read no prefix), so only the latest match drafts; drop the option or what rules trees out."
             )
         policy = LosslessPolicy(
-            layout, record, filler, state, adaptive, verifier, lookup, is_wedlm_trained(model), tree
+            layout, record, filler, state, adaptive, verifier, cost, lookup, is_wedlm_trained(model), tree
         )
     else:
+        warn_if_window_does_not_pay(cost, input_ids.shape[0], settings.window_size)
         policy = PlainPolicy(layout, record, filler, blockwise=settings.blockwise)
     return DecodeLoop(state, layout, record, policy, DynamicBackend(model, mask, prompt_padded))
 

@@ -1,6 +1,7 @@
 """Filling mask slots from a forward's logits: which slots (low entropy first, `selection.py`) and with which
 tokens (argmax, or through the logits processors and sampling)."""
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -42,11 +43,13 @@ class SlotFiller:
         slot_physical: torch.Tensor,
         fillable: torch.Tensor,
         draft_probs: torch.Tensor | None = None,
+        with_entropy: bool = False,
     ) -> torch.Tensor | None:
         """Fill the confident slots among the live, `fillable` ones of the first `window_size` slots; with sampling,
         `draft_probs` (rows, slots, vocab) receives the distribution each filled slot was drawn from. Returns the
-        (rows, window_size) entropy of each slot's prediction it chose by (None where it needed none), for callers
-        that weigh the predictions too.
+        (rows, window_size) entropy of each slot's prediction where it chose by it or `with_entropy` asks for it
+        (callers that weigh the predictions too), else None: one slot, or an infinite threshold (lossless mode's
+        drafting), fills every candidate without it.
 
         Entropy and the greedy argmax run once per logits column, dense; the slots then gather them. The
         forward's logits are this step's own: the mask column is cleared in place (the mask id is never a
@@ -56,13 +59,12 @@ class SlotFiller:
         window_size, scores = self.layout.window_size, state.scores
         candidates = fillable & (self.layout.slots[:, :window_size] < state.length[:, None])
         columns = slot_physical.clamp(0, logits.shape[1] - 1)
-        entropy = None
-        if window_size == 1:  # one candidate at most: `choose_slots` would pick it whatever its entropy
+        entropy, threshold = None, self.settings.entropy_threshold
+        if window_size == 1 or (threshold == math.inf and not with_entropy):  # `choose_slots` would pick them all
             chosen = candidates
         else:
             entropy = slot_entropy(logits).gather(1, columns)
-            settings = self.settings
-            chosen = choose_slots(entropy, candidates, settings.entropy_threshold, settings.pos_penalty_factor)
+            chosen = choose_slots(entropy, candidates, threshold, self.settings.pos_penalty_factor)
         sampling = self.record.sampling
         if self.contiguous:
             run = ((state.window[:, :window_size] != self.layout.mask_id) | chosen).int().cumprod(1).bool()

@@ -16,6 +16,7 @@ Declared per device type (`SCALES`, `VERIFY_SHARES`), the scale overridable per 
 module imports only the standard library, so `wedlm_vllm` loads it by its path without importing torch.
 """
 
+import math
 from dataclasses import dataclass
 
 SCALES = {"cpu": 24}
@@ -58,13 +59,15 @@ class ForwardCost:
         as issue 47's table measured it)."""
         return self.step(rows * columns) / self.step(rows)
 
-    def pays_from(self, columns: int, tokens: float) -> int | None:
-        """The smallest batch size from which a forward of `columns` per row committing `tokens` per row costs more
-        than `tokens` one-column forwards do (None: it pays at every batch size)."""
-        # scale + rows * columns > tokens * (scale + rows)  <=>  rows * (columns - tokens) > (tokens - 1) * scale
+    def loses_from(self, columns: int, tokens: float) -> int | None:
+        """The smallest batch size from which a step feeding `columns` per row and committing `tokens` per row
+        (the decoder's work of a verifying step included) costs more than `tokens` one-column steps do; None where
+        it pays at every batch size."""
+        # scale (1 + verify_share) + rows * columns > tokens * (scale + rows)
+        #   <=>  rows * (columns - tokens) > scale * (tokens - 1 - verify_share)
         if columns <= tokens:
             return None
-        return int((tokens - 1) * self.scale // (columns - tokens)) + 1
+        return max(1, math.floor(self.scale * (tokens - 1 - self.verify_share) / (columns - tokens)) + 1)
 
     def table(self, batches: tuple[int, ...], columns: tuple[int, ...]) -> list[tuple[int, list[float]]]:
         """`relative` for every batch size of `batches` and width of `columns`, one row per batch size."""

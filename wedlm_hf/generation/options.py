@@ -130,6 +130,11 @@ OPTIONS = (
         "lossless mode's drafts per forward: follow recent acceptance, or every slot of the window",
     ),
     WeDLMOption(
+        "wedlm_forward_scale", None, Accepts("number", minimum=1, none_means="the device type's declared scale"),
+        "the cost model's scale: the tokens a forward carries for the price of its fixed part, which prices lossless "
+        "mode's draft width per batch size and plain mode's warning (generation/forward_cost.py)",
+    ),
+    WeDLMOption(
         "wedlm_prompt_lookup", False, Accepts("bool"),
         "lossless mode also drafts the continuation of the last n-gram where it occurred earlier in the context",
         exposed=(CLI, ROWS, SERVE),

@@ -1,11 +1,37 @@
 """The plain WeDLM step policy (spec §2): commit the window's leading filled slots, feed the rest, fill the
-confident mask slots; with `blockwise`, the paper's baseline that commits a window only once it is all filled."""
+confident mask slots; with `blockwise`, the paper's baseline that commits a window only once it is all filled.
+
+Its window decides its output, so unlike lossless mode's drafts its width cannot follow the batch size: a call
+whose batch is past the size from which the window costs more than it commits is warned (`warn_if_window_does_not_pay`).
+"""
 
 import torch
+from transformers.utils import logging
 
 from .fill import SlotFiller
+from .forward_cost import ForwardCost
 from .record import OutputRecord
 from .window import Forward, Kept, StepPlan, Updates, WindowLayout, WindowState, leading_filled, shift
+
+logger = logging.get_logger(__name__)
+
+PREDICTABLE_SHARE = 0.5
+"""About the share of its window a plain step commits where the text is predictable: what its window returns at
+best (the embedded checkpoint on counting prompts, W=16: 9.85 tokens per forward, docs/benchmarks.md)."""
+
+
+def warn_if_window_does_not_pay(cost: ForwardCost, rows: int, window_size: int) -> None:
+    """Warn once where `rows` rows reach the batch size from which a plain step of `window_size` columns per row
+    costs more than the `PREDICTABLE_SHARE` of its window it commits at best (a window of one or two slots is as
+    narrow as a step gets)."""
+    start = cost.loses_from(window_size, PREDICTABLE_SHARE * window_size) if window_size > 2 else None
+    if start is not None and rows >= start:
+        logger.warning_once(
+            f"Plain WeDLM decoding at batch {rows}: by the cost model of this device (generation/forward_cost.py, "
+            f"scale {cost.scale:g}), its {window_size}-slot window costs more per forward than it commits from batch "
+            f"{start} on, and its window sets its output, so it cannot narrow. Pass `wedlm_lossless=True` (greedy's "
+            "output, its draft width priced per batch size), or a smaller batch or `wedlm_window_size`."
+        )
 
 
 class PlainPolicy:
