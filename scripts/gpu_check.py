@@ -4,8 +4,10 @@ On a randomly initialised Qwen3-8B-shaped model in bf16, built on the GPU (no do
 
 1. window forward: a W=16 window forward vs a 1-token forward after a cached 1k / 4k context, sdpa and
    flash_attention_2 when `flash_attn` imports (`gpu_window_cost.window_costs`).
-   try cost: what a failed try of lossless mode's adaptive schedule costs in AR forwards, 2 x (W=3 / AR - 1),
-   against the value `draft_schedule.ACCELERATOR_TRY_COST` declares for accelerators.
+   forward cost: the cost model's table (`wedlm_hf/generation/forward_cost.py`) measured here, a forward of 2 to
+   17 tokens per row as a multiple of a one-token forward at batch 1, 8 and 32, and the scale it implies against
+   the one declared for accelerators; try cost: what a failed try of lossless mode's adaptive schedule costs in AR
+   forwards, 2 x (W=3 / AR - 1), against the cost model's price of it.
 2. decode, eager: whole greedy decodes of `--new-tokens` after a `--context`-token prompt. AR is transformers'
    `generate`; WeDLM runs with a *scripted acceptance*: a forward hook keeps the model's real forward (its cost)
    but replaces the logits so that exactly the first k mask slots of each window are confident (one-hot on a token
@@ -38,7 +40,7 @@ from transformers import CompileConfig
 
 import gpu_window_cost
 import wedlm_hf
-from wedlm_hf.generation.draft_schedule import ACCELERATOR_TRY_COST
+from wedlm_hf.generation.forward_cost import ForwardCost
 
 HEADER = (
     "| check | arm | setting | ms per forward | tokens per forward | tokens/s | vs ar | host syncs per forward |\n"
@@ -255,11 +257,24 @@ def main() -> None:
             report.add("window forward", f"{r['attention']} ar 1-token", setting, r["ar_ms"])
             report.add("window forward", f"{r['attention']} W=16 window", setting, r["window_ms"], ratio=r["ratio"])
 
+    declared = ForwardCost.declared(model.device.type)
+
+    def forward_cost_table():
+        """The cost model's table here, against the declared scale (`forward_cost.py`)."""
+        widths, (warmup, repeats) = (2, 4, 8, 17), ((1, 2) if smoke else (3, 10))
+        for row in gpu_window_cost.cost_table(model, contexts[0], (1, 8, 32), widths, warmup, repeats):
+            setting = f"context {contexts[0]}, batch {row['rows']}"
+            for width, relative in zip(widths, row["relative"]):
+                report.add("forward cost", f"{width} tokens per row", setting, ratio=relative,
+                           declared=declared.relative(row["rows"], width))
+            report.add("forward cost", f"implied scale (declared {declared.scale:g})", setting,
+                       ratio=row["implied_scale"])
+
     def try_cost():
-        """What a failed try of lossless mode's adaptive schedule costs here, in AR forwards, against the value
-        `draft_schedule.ACCELERATOR_TRY_COST` declares for accelerators."""
+        """What a failed try of lossless mode's adaptive schedule costs here, in AR forwards, against what the cost
+        model declared for this device prices the same forwards at."""
         cost = gpu_window_cost.try_cost(model, contexts[0], 1 if smoke else 5, 2 if smoke else 30)
-        setting = f"context {contexts[0]}, declared {ACCELERATOR_TRY_COST}"
+        setting = f"context {contexts[0]}, cost model {2 * (declared.relative(1, 3) - 1):.3f}"
         report.add("try cost", "sdpa 2 x (W=3 / AR - 1)", setting, ratio=cost)
 
     generator = torch.Generator().manual_seed(0)
@@ -287,6 +302,7 @@ def main() -> None:
 
     with torch.inference_mode():
         report.guarded("window forward", window_forwards)
+        report.guarded("forward cost", forward_cost_table)
         report.guarded("try cost", try_cost)
         report.guarded("decode, eager sdpa", eager_decodes)
         if not args.skip_compile:

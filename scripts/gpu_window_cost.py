@@ -47,17 +47,18 @@ def timed_ms(device: torch.device, function) -> float:
     return 1000 * (time.perf_counter() - start)
 
 
-def forward_cost(model, context: int, query: int, warmup: int, repeats: int) -> float:
-    """Median ms of a forward of `query` new tokens after a cached `context`, with WeDLM-style reversed positions."""
+def forward_cost(model, context: int, query: int, warmup: int, repeats: int, rows: int = 1) -> float:
+    """Median ms of a forward of `query` new tokens per row of `rows` after a cached `context`, with WeDLM-style
+    reversed positions."""
     device = model.device
     generator = torch.Generator(device="cpu").manual_seed(context)
-    prompt = torch.randint(0, model.config.vocab_size - 1, (1, context), generator=generator).to(device)
+    prompt = torch.randint(0, model.config.vocab_size - 1, (rows, context), generator=generator).to(device)
     cache = DynamicCache()
     model(input_ids=prompt, attention_mask=torch.ones_like(prompt), cache=cache, use_cache=True, logits_to_keep=1)
-    tokens = torch.randint(0, model.config.vocab_size - 1, (1, query), generator=generator).to(device)
-    positions = context + torch.arange(query, device=device).flip(0)[None]  # non-monotonic, like a reordered window
-    mask = torch.ones(1, context + query, dtype=torch.long, device=device)
-    extra = flash_sequence_lengths(model.config, 1, query, context, device)
+    tokens = torch.randint(0, model.config.vocab_size - 1, (rows, query), generator=generator).to(device)
+    positions = context + torch.arange(query, device=device).flip(0)[None].expand(rows, -1)  # like a reordered window
+    mask = torch.ones(rows, context + query, dtype=torch.long, device=device)
+    extra = flash_sequence_lengths(model.config, rows, query, context, device)
 
     def step() -> None:
         model(input_ids=tokens, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
@@ -72,8 +73,21 @@ def forward_cost(model, context: int, query: int, warmup: int, repeats: int) -> 
     return statistics.median(samples)
 
 
+def cost_table(model, context: int, batches, widths, warmup: int, repeats: int) -> list[dict]:
+    """The forward-cost table of `wedlm_hf/generation/forward_cost.py` measured here: per batch size, a forward of
+    each of `widths` tokens per row as a multiple of a one-token forward, after a cached `context`, and the scale
+    its widest forward implies (`relative = (scale + rows * width) / (scale + rows)`)."""
+    table = []
+    for rows in batches:
+        one = forward_cost(model, context, 1, warmup, repeats, rows)
+        relative = [forward_cost(model, context, width, warmup, repeats, rows) / one for width in widths]
+        implied = rows * (widths[-1] - relative[-1]) / max(relative[-1] - 1, 1e-6)
+        table.append(dict(rows=rows, one_token_ms=one, widths=list(widths), relative=relative, implied_scale=implied))
+    return table
+
+
 def try_cost(model, context: int, warmup: int, repeats: int) -> float:
-    """What a failed try of lossless mode's adaptive schedule costs in AR forwards (`draft_schedule.TRY_COST`): its
+    """What a failed try of lossless mode's adaptive schedule costs in AR forwards (the forwards alone): its
     two forwards of three columns against two of one, after a cached `context`."""
     three, one = (forward_cost(model, context, width, warmup, repeats) for width in (3, 1))
     return 2 * (three / one - 1)

@@ -26,8 +26,8 @@ drafts fail), each prompt alone and `--batch` prompts in one left-padded call, o
 with `--smollm2`, SmolLM2-135M base and the shipped `smollm2-wedlm` (goals: >= 1.0x embedded and `smollm2-wedlm`,
 >= 0.97x SmolLM2 base); lossless tokens per forward on counting (goal: >= 9.5); how many of lossless mode's
 forwards after the first are wider than greedy's, per 100 tokens of held-out code (the hardware-free count of its
-tries); and what a failed try of the adaptive schedule costs each model in AR forwards (`draft_schedule.TRY_COST`
-declares the CPU's). WeDLM decodes in inference mode, greedy `generate()` under `no_grad`, as each runs for
+tries); and what a failed try of the adaptive schedule costs each model in AR forwards, its model forwards alone
+(the cost model, `generation/forward_cost.py`, prices it from the device type's declared scale). WeDLM decodes in inference mode, greedy `generate()` under `no_grad`, as each runs for
 its users; `--inference-mode` runs both in inference mode (as `wedlm-hf bench` times its arms), leaving the cost of
 the decoding alone.
 
