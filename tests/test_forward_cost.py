@@ -20,7 +20,8 @@ def test_the_module_imports_only_the_standard_library_and_the_vllm_drafter_reads
     tree = ast.parse(open(forward_cost.__file__, encoding="utf-8").read())
     imports = [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
     names = [alias.name for node in imports if isinstance(node, ast.Import) for alias in node.names]
-    imported = {name.split(".")[0] for name in names + [node.module for node in imports if isinstance(node, ast.ImportFrom)]}
+    names += [node.module for node in imports if isinstance(node, ast.ImportFrom)]
+    imported = {name.split(".")[0] for name in names}
     assert imported <= sys.stdlib_module_names
     assert vllm_cost.forward_cost.__file__ == forward_cost.__file__
     assert vllm_cost.forward_scale("cpu") == forward_cost.SCALES["cpu"]
