@@ -44,6 +44,7 @@ def test_every_arm_is_reported(result, tmp_path):
     assert set(rows) == ALL_ARMS
     table = markdown(result)
     assert all(f"| {name} |" in table for name in ALL_ARMS)
+    assert "### forward cost model (cpu: scale 24 tokens" in table and "| batch 32 | 1.00 |" in table
     write_json(result, tmp_path / "bench.json")
     data = json.loads((tmp_path / "bench.json").read_text())
     assert {r["arm"] for r in data["sets"]["random"]} == ALL_ARMS

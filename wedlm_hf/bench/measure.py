@@ -1,5 +1,5 @@
 """What a bench run measures besides time: model forwards, the tokens they fed and the time inside them, each arm's
-peak memory, and the machine the numbers come from."""
+peak memory, the machine the numbers come from and the forward cost model that priced lossless mode's widths."""
 
 import platform
 import threading
@@ -8,6 +8,10 @@ import time
 import psutil
 import torch
 from transformers import PreTrainedModel
+
+from ..generation.forward_cost import ForwardCost
+from ..generation.plain import window_loses_from
+from ..generation.settings import DEFAULT_WINDOW_SIZE
 
 
 class ForwardCounter:
@@ -68,6 +72,26 @@ class RssSampler:
     @property
     def growth(self) -> int:
         return self.peak - self.start
+
+
+COST_BATCHES = (1, 8, 32)
+COST_WIDTHS = (1, 2, 4, 8, 17)
+"""Where `cost_model_info` prices a forward: batch sizes, and tokens per row (issue 47's table)."""
+
+
+def cost_model_info(model: PreTrainedModel) -> dict:
+    """The forward cost model the model's device and generation config give lossless decoding
+    (`generation/forward_cost.py`): its scale, its table of a forward of `COST_WIDTHS` tokens per row as a multiple
+    of a one-token forward at `COST_BATCHES`, and from which batch size plain mode's window costs more than it
+    commits."""
+    config = model.generation_config
+    cost = ForwardCost.declared(model.device.type, getattr(config, "wedlm_forward_scale", None))
+    window_size = getattr(config, "wedlm_window_size", None) or DEFAULT_WINDOW_SIZE
+    return {
+        "device": model.device.type, "scale": cost.scale, "verify_share": cost.verify_share,
+        "widths": list(COST_WIDTHS), "relative": dict(cost.table(COST_BATCHES, COST_WIDTHS)),
+        "window_size": window_size, "plain_loses_from": window_loses_from(cost, window_size),
+    }
 
 
 def machine_info() -> dict:

@@ -44,7 +44,27 @@ def markdown(result: BenchResult) -> str:
             cells = " | ".join(f"{by_length[n]:.2f} ({1000 * by_length[n] / n:.1f})" for n in lengths)
             lines.append(f"| {arm} | {cells} |")
         parts.append("\n".join(lines))
+    if result.forward_cost:
+        parts.append(cost_model_markdown(result.forward_cost))
     return "\n".join(parts) + "\n"
+
+
+def cost_model_markdown(cost: dict) -> str:
+    """The forward cost model's table (`measure.cost_model_info`): what lossless mode's widths were priced with."""
+    widths = cost["widths"]
+    plain = cost["plain_loses_from"]
+    lines = [
+        f"\n### forward cost model ({cost['device']}: scale {cost['scale']:g} tokens, verifying step's own work "
+        f"{cost['verify_share']:g} of the fixed part; generation/forward_cost.py)\n",
+        "a forward of n tokens per row as a multiple of a one-token forward at the same batch size, as the model "
+        "prices it; plain WeDLM's " + f"{cost['window_size']}-slot window "
+        + ("pays at every batch size" if plain is None else f"costs more than it commits from batch {plain}") + "\n",
+        "| tokens per row | " + " | ".join(str(width) for width in widths) + " |",
+        "|---|" + "---|" * len(widths),
+    ]
+    for rows, relative in cost["relative"].items():
+        lines.append(f"| batch {rows} | " + " | ".join(f"{value:.2f}" for value in relative) + " |")
+    return "\n".join(lines)
 
 
 def write_json(result: BenchResult, path: str | Path) -> None:

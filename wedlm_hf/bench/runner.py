@@ -19,7 +19,7 @@ from transformers import PreTrainedModel
 from ..generation.settings import DEFAULT_WINDOW_SIZE
 from ..generation.validation import position_limit_error
 from .arms import BASELINE, COMPILED_FAMILIES, FAMILIES, Arm, Decoded, build_arms, check_families
-from .measure import ForwardCounter, RssSampler, machine_info
+from .measure import ForwardCounter, RssSampler, cost_model_info, machine_info
 
 logger = logging.getLogger(__name__)
 """Says which time-vs-length lengths a model's positions rule out (one line, also on the command line)."""
@@ -79,6 +79,8 @@ class BenchResult:
     sets: dict[str, list[ArmResult]]
     scaling: dict[str, dict[int, float]]
     """Arm -> generated length -> median seconds of one decode."""
+    forward_cost: dict = field(default_factory=dict)
+    """The cost model lossless mode priced its widths with (`measure.cost_model_info`)."""
 
 
 def _rotated(items: Sequence, shift: int) -> list:
@@ -243,7 +245,7 @@ def run_bench(
         }
         samples = time_vs_length(model, scaling_arms, scaling_prompt, lengths, config.repeats, bar.update)
     scaling = {name: {n: statistics.median(s) for n, s in by_length.items()} for name, by_length in samples.items()}
-    return BenchResult(config=config, machine=machine_info(), sets=sets, scaling=scaling)
+    return BenchResult(config, machine_info(), sets, scaling, cost_model_info(model))
 
 
 

@@ -20,11 +20,16 @@ PREDICTABLE_SHARE = 0.5
 best (the embedded checkpoint on counting prompts, W=16: 9.85 tokens per forward, docs/benchmarks.md)."""
 
 
+def window_loses_from(cost: ForwardCost, window_size: int) -> int | None:
+    """The batch size from which a plain step of `window_size` columns per row costs more than the
+    `PREDICTABLE_SHARE` of its window it commits at best; None for a window of one or two slots, as narrow as a step
+    gets."""
+    return cost.loses_from(window_size, PREDICTABLE_SHARE * window_size) if window_size > 2 else None
+
+
 def warn_if_window_does_not_pay(cost: ForwardCost, rows: int, window_size: int) -> None:
-    """Warn once where `rows` rows reach the batch size from which a plain step of `window_size` columns per row
-    costs more than the `PREDICTABLE_SHARE` of its window it commits at best (a window of one or two slots is as
-    narrow as a step gets)."""
-    start = cost.loses_from(window_size, PREDICTABLE_SHARE * window_size) if window_size > 2 else None
+    """Warn once where `rows` rows reach `window_loses_from`."""
+    start = window_loses_from(cost, window_size)
     if start is not None and rows >= start:
         logger.warning_once(
             f"Plain WeDLM decoding at batch {rows}: by the cost model of this device (generation/forward_cost.py, "
