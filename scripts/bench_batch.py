@@ -1,13 +1,21 @@
-"""Issue 15: what batching and a second process buy `wedlm-hf generate --input` on this machine.
+"""What batching buys on this machine: WeDLM's decoding modes against batched greedy decoding, per batch size, and
+(`--batch-generate`, issue 15) `batch_generate` and the CLI's processes against a per-prompt loop.
 
-On the embedded checkpoint and held-out stdlib code prompts (greedy WeDLM, the checkpoint's settings), times, in
-one run and interleaved per repeat: a per-prompt loop of `model.generate`, `wedlm_hf.batch_generate` at batch sizes
+Default (issue 47): on the embedded checkpoint, counting and held-out code prompts at batch 1, 8 and 32 (left-padded,
+one `generate` call per batch; code prompts repeat where the held-out files give fewer), interleaved repeats of
+batched greedy `generate()`, lossless WeDLM (`wedlm_lossless=True`, whose draft width the forward cost model prices
+per batch size) and plain WeDLM (the checkpoint's settings); prints the cost model's table, then tokens/s, each
+mode's median paired speed ratio to greedy and its tokens per forward, and whether lossless equals greedy.
+
+`--batch-generate` (issue 15): held-out stdlib code prompts (greedy WeDLM, the checkpoint's settings), times, in
+one run and interleaved per repeat, a per-prompt loop of `model.generate`, `wedlm_hf.batch_generate` at batch sizes
 1/4/16 (one process), and the CLI on one process vs two (`accelerate launch --multi_gpu --num_processes 2`, which
 on a CPU-only machine starts two gloo processes); the CLI arms time generation only (the summary line), not the
-model load. Every process runs one torch thread. Prints rows/s, tokens/s and the median paired ratio of each
-arm's tokens/s to the per-prompt loop (the 2-process arm: to the 1-process CLI arm).
+model load. Prints rows/s, tokens/s and the median paired ratio of each arm's tokens/s to the per-prompt loop (the
+2-process arm: to the 1-process CLI arm). Every process runs one torch thread.
 
-    python scripts/bench_batch.py [--rows 32] [--new-tokens 32] [--repeats 2] [--cli-batch-size 4]
+    python scripts/bench_batch.py [--batches 1,8,32] [--new-tokens 96] [--repeats 3]
+    python scripts/bench_batch.py --batch-generate [--rows 32] [--new-tokens 32] [--repeats 2] [--cli-batch-size 4]
 """
 
 import argparse
@@ -23,11 +31,13 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationMixin
 from transformers.utils import logging
 
 import wedlm_hf
-from wedlm_hf.bench.prompts import code_prompts
+from wedlm_hf.bench.measure import cost_model_info
+from wedlm_hf.bench.prompts import code_prompts, counting_prompts
+from wedlm_hf.bench.report import cost_model_markdown
 
 BIN = Path(sys.executable).parent
 SUMMARY = re.compile(r"generation ([\d.]+) s, ([\d.]+) rows/s, ([\d.]+) tokens/s")
@@ -72,15 +82,64 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=32)
-    parser.add_argument("--new-tokens", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--cli-batch-size", type=int, default=4)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    logging.disable_progress_bar()
+def new_tokens_of(sequences: torch.Tensor, prompt_length: int, eos_id: int | None) -> int:
+    """Tokens a batch generated: each row's up to and including its first EOS (the rest is padding)."""
+    tokens = 0
+    for row in sequences[:, prompt_length:].tolist():
+        tokens += row.index(eos_id) + 1 if eos_id in row else len(row)
+    return tokens
+
+
+@torch.inference_mode()
+def decode(model, inputs, new_tokens: int, mode: str) -> tuple[float, int, int, torch.Tensor]:
+    """Seconds, tokens generated, forwards (0 for greedy) and the sequences of one batched decode in `mode`."""
+    start = time.perf_counter()
+    if mode == "greedy":  # transformers' own greedy decoding (the enabled model's `generate` is WeDLM's)
+        sequences = GenerationMixin.generate(model, **inputs, max_new_tokens=new_tokens, do_sample=False)
+        seconds = time.perf_counter() - start
+        return seconds, new_tokens_of(sequences, inputs["input_ids"].shape[1], model.config.eos_token_id), 0, sequences
+    output = model.generate(
+        **inputs, max_new_tokens=new_tokens, do_sample=False, decoding="wedlm", wedlm_lossless=mode == "lossless",
+        return_dict_in_generate=True,
+    )
+    seconds = time.perf_counter() - start
+    stats = output.wedlm_stats
+    return seconds, stats.total_generated, stats.model_calls, output.sequences
+
+
+def decoding_modes(args) -> None:
+    """Issue 47's table: lossless and plain WeDLM against batched greedy decoding at each batch size."""
+    tokenizer = AutoTokenizer.from_pretrained(wedlm_hf.DEFAULT_MODEL, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(wedlm_hf.DEFAULT_MODEL).eval()
+    batches = [int(size) for size in args.batches.split(",")]
+    largest = max(batches)
+    code = code_prompts(largest)
+    sets = {"counting": counting_prompts(largest), "code": (code * largest)[:largest]}
+    modes = ("greedy", "lossless", "plain")
+    print(cost_model_markdown(cost_model_info(model)) + "\n")
+    print(f"embedded checkpoint, {args.new_tokens} new tokens, {args.repeats} interleaved repeats, "
+          f"{torch.get_num_threads()} torch thread(s); medians, speed ratios paired per repeat")
+    print("| prompts | batch | greedy tokens/s | lossless vs greedy | lossless tokens/forward | plain vs greedy "
+          "| plain tokens/forward | lossless identical to greedy |\n|---|---|---|---|---|---|---|---|")
+    for name, prompts in sets.items():
+        for size in batches:
+            inputs = tokenizer(prompts[:size], return_tensors="pt", padding=True)
+            first = {mode: decode(model, inputs, args.new_tokens, mode) for mode in modes}  # warm-up, and outputs
+            speeds = {mode: [] for mode in modes}
+            for repeat in range(args.repeats):
+                for mode in modes[repeat % 3 :] + modes[: repeat % 3]:
+                    seconds, tokens, _, _ = decode(model, inputs, args.new_tokens, mode)
+                    speeds[mode].append(tokens / seconds)
+            ratio = {mode: statistics.median(s / g for s, g in zip(speeds[mode], speeds["greedy"])) for mode in modes}
+            per_forward = {mode: first[mode][1] / first[mode][2] for mode in ("lossless", "plain")}
+            identical = torch.equal(first["lossless"][3], first["greedy"][3])
+            print(f"| {name} | {size} | {statistics.median(speeds['greedy']):.1f} | {ratio['lossless']:.2f}x "
+                  f"| {per_forward['lossless']:.2f} | {ratio['plain']:.2f}x | {per_forward['plain']:.2f} "
+                  f"| {'yes' if identical else 'NO'} |", flush=True)
+
+
+def batch_generate_arms(args) -> None:
+    """Issue 15's table: `batch_generate` and the CLI's processes against a per-prompt loop."""
     tokenizer = AutoTokenizer.from_pretrained(wedlm_hf.DEFAULT_MODEL)
     model = AutoModelForCausalLM.from_pretrained(wedlm_hf.DEFAULT_MODEL).eval()
     prompts = code_prompts(args.rows)
@@ -117,6 +176,25 @@ def main() -> None:
         against = "1-process CLI" if name == "CLI, 2 processes" else "per-prompt loop"
         print(f"| {name} | {statistics.median(r for r, _ in runs):.2f} | {statistics.median(t for _, t in runs):.1f} "
               f"| {ratio:.2f}x ({against}) |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch-generate", action="store_true", help="issue 15's table instead (see the docstring)")
+    parser.add_argument("--batches", default="1,8,32", help="batch sizes of the decoding modes' table")
+    parser.add_argument("--rows", type=int, default=32, help="--batch-generate: code prompts")
+    parser.add_argument("--new-tokens", type=int, default=None, help="default 96 (--batch-generate: 32)")
+    parser.add_argument("--repeats", type=int, default=None, help="default 3 (--batch-generate: 2)")
+    parser.add_argument("--cli-batch-size", type=int, default=4)
+    args = parser.parse_args()
+    args.new_tokens = args.new_tokens or (32 if args.batch_generate else 96)
+    args.repeats = args.repeats or (2 if args.batch_generate else 3)
+    torch.set_num_threads(1)
+    logging.disable_progress_bar()
+    if args.batch_generate:
+        batch_generate_arms(args)
+    else:
+        decoding_modes(args)
 
 
 if __name__ == "__main__":
