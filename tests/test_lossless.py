@@ -6,11 +6,15 @@ from tiny_models import MASK_ID, random_prompts, tiny_model
 
 import wedlm_hf
 from wedlm_hf.generation.draft_schedule import FIRST_AR_RUN, LOSS_BOUND, MEMORY, TRY_ALLOWANCE, DraftSchedule
-from wedlm_hf.generation.forward_cost import ForwardCost
+from wedlm_hf.generation.settings import WeDLMSettings
 
-CPU = ForwardCost.declared("cpu")
+
+def settings(scale: float | None = None) -> WeDLMSettings:
+    return WeDLMSettings(16, None, 0.0, MASK_ID, lossless=True, forward_scale=scale)
+
+
 TOKENS_PER_TRY = int(
-    DraftSchedule.starting(torch.zeros(3, dtype=torch.long), 16, False, CPU).prices(3).tokens_per_try
+    DraftSchedule.starting(torch.zeros(3, dtype=torch.long), False, settings()).prices(3).tokens_per_try
 )
 """Where drafts never pass, the AR tokens whose `LOSS_BOUND` pays for a try, for a row of a batch of 3 on the CPU."""
 
@@ -119,9 +123,9 @@ def test_failing_drafts_are_tried_at_the_rationed_rate():
         assert 2 <= drafted <= (generated + TRY_ALLOWANCE / LOSS_BOUND) // TOKENS_PER_TRY
 
 
-def _schedule(passed: list[float], failed: list[float], window_size: int = 16, scale: float | None = None):
+def _schedule(passed: list[float], failed: list[float], scale: float | None = None):
     generated = torch.full((len(passed),), 10)
-    schedule = DraftSchedule.starting(generated, window_size, True, ForwardCost.declared("cpu", scale))
+    schedule = DraftSchedule.starting(generated, True, settings(scale))
     schedule.passed, schedule.failed = torch.tensor(passed), torch.tensor(failed)
     return schedule
 

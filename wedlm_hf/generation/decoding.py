@@ -23,6 +23,7 @@ from .dynamic import DynamicBackend
 from .fill import SlotFiller
 from .forward_cost import ForwardCost
 from .lossless import LosslessPolicy
+from .options import KEYWORDS
 from .lookup import PromptLookup, TokenHistory
 from .loop import DecodeLoop, run
 from .outputs import WeDLMGenerateOutput, usable_outside_inference_mode
@@ -71,18 +72,10 @@ def wedlm_decode(
     else the generation config's attributes of those names, else `WeDLMSettings`' defaults. Prefer
     `generate(decoding="wedlm")` (via `enable`): transformers 5.x hands a callable neither streamer nor tokenizer.
     """
+    keywords = {name: value for name, value in locals().items() if name in KEYWORDS}  # (the options table's)
     with torch.inference_mode():  # no autograd bookkeeping per op: ~8% of a CPU decode of the embedded model
         setup = prepare_decoding(
-            model, generation_config, logits_processor, model_kwargs, synced_gpus, input_ids.device,
-            wedlm_window_size=wedlm_window_size,
-            wedlm_entropy_threshold=wedlm_entropy_threshold, wedlm_pos_penalty_factor=wedlm_pos_penalty_factor,
-            mask_token_id=mask_token_id, wedlm_blockwise=wedlm_blockwise, wedlm_lossless=wedlm_lossless,
-            wedlm_draft_schedule=wedlm_draft_schedule, wedlm_forward_scale=wedlm_forward_scale,
-            wedlm_static=wedlm_static,
-            wedlm_prompt_lookup=wedlm_prompt_lookup, wedlm_prompt_lookup_ngram=wedlm_prompt_lookup_ngram,
-            wedlm_prompt_lookup_min_ngram=wedlm_prompt_lookup_min_ngram,
-            wedlm_prompt_lookup_tokens=wedlm_prompt_lookup_tokens,
-            wedlm_prompt_lookup_matches=wedlm_prompt_lookup_matches,
+            model, generation_config, logits_processor, model_kwargs, synced_gpus, input_ids.device, **keywords
         )
         max_new_tokens = generation_config.max_length - input_ids.shape[1]
         mask, prompt_lengths = checked_prompt(model, input_ids, model_kwargs, max_new_tokens)
@@ -197,7 +190,6 @@ def start_decoding(
             logits_processor = LogitsProcessorList()  # every one of them is in `record.sampling`
     do_sample = bool(generation_config.do_sample) or (record.sampling is not None and record.sampling.may_sample)
     contiguous = settings.lossless and do_sample
-    cost = ForwardCost.declared(input_ids.device.type, settings.forward_scale)
     filler = SlotFiller(layout, settings, record, logits_processor, do_sample, contiguous)
     if settings.lossless:
         verifier = Verifier(logits_processor, record, do_sample)
@@ -216,9 +208,10 @@ def start_decoding(
                 "read no prefix), so only the latest match drafts; drop the option or what rules trees out."
             )
         policy = LosslessPolicy(
-            layout, record, filler, state, adaptive, verifier, cost, lookup, is_wedlm_trained(model), tree
+            layout, record, filler, state, adaptive, verifier, lookup, is_wedlm_trained(model), tree
         )
     else:
+        cost = ForwardCost.declared(input_ids.device.type, settings.forward_scale)
         warn_if_window_does_not_pay(cost, input_ids.shape[0], settings.window_size)
         policy = PlainPolicy(layout, record, filler, blockwise=settings.blockwise)
     return DecodeLoop(state, layout, record, policy, DynamicBackend(model, mask, prompt_padded))

@@ -23,9 +23,9 @@ columns feeds the mask slots whose prediction is the draft, the next (four colum
 by what they cost at the batch's size: a row's tries cost at most `TRY_ALLOWANCE` AR forwards plus `LOSS_BOUND` of
 its AR decoding plus the forwards its accepted drafts saved. (At batch 1 on a CPU a try costs about 0.7 AR forwards,
 so the waits decide: an answer whose drafts start to pass after its first few tokens is found within a few more; at
-batch 8 about 1.6, and the ration spaces the tries out.) One row's try widens the forward for all, so every row at zero drafts
-tries with it (but one with draws of its own); at a batch size where no width pays even if every draft passed, no
-row tries.
+batch 8 about 1.6, and the ration spaces the tries out.) One row's try widens the forward for all, so every row at
+zero drafts tries with it (but one with draws of its own); at a batch size where no width pays even if every draft
+passed, no row tries.
 
 Where the row starts is what is known before any verification: a model not trained for WeDLM
 (`support.is_wedlm_trained`) at zero drafts, a trained one at the width that pays where every draft passes (its
@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 import torch
 
 from .forward_cost import ForwardCost
+from .sampling import RowSampling
+from .settings import WeDLMSettings
 from .window import PerRow
 
 FIRST_AR_RUN = 4
@@ -108,11 +110,13 @@ class DraftSchedule(PerRow):
 
     @classmethod
     def starting(
-        cls, generated: torch.Tensor, window_size: int, trained: bool, cost: ForwardCost,
-        own: torch.Tensor | None = None,
+        cls, generated: torch.Tensor, trained: bool, settings: WeDLMSettings, sampling: RowSampling | None = None
     ) -> "DraftSchedule":
-        """Rows starting at their first forward; `own` (a bool per row, None: none) those priced alone."""
-        most = max(window_size - 2, 0)
+        """Rows before their first forward (`sampling`: their record's), priced by the cost model of their device
+        and the call's `wedlm_forward_scale`; the rows that sample with draws of their own are `own`."""
+        most = max(settings.window_size - 2, 0)
+        cost = ForwardCost.declared(generated.device.type, settings.forward_scale)
+        own = sampling.sample.clone() if sampling is not None and sampling.of_requests else None
         schedule = cls(
             draft_limit=torch.zeros_like(generated),
             passed=torch.full_like(generated, float(trained), dtype=torch.float),

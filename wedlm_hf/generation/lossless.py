@@ -26,7 +26,6 @@ import torch
 from .draft_schedule import DraftSchedule
 from .draft_state import DraftState, MaskTokenPredicted
 from .fill import SlotFiller, gather_columns
-from .forward_cost import ForwardCost
 from .record import OutputRecord
 from .lookup import PromptLookup
 from .tree import Branch, plan_fields, verify as verify_tree
@@ -47,8 +46,7 @@ class LosslessPolicy:
 
     def __init__(
         self, layout: WindowLayout, record: OutputRecord, filler: SlotFiller, state: WindowState, adaptive: bool,
-        verifier: Verifier, cost: ForwardCost, lookup: PromptLookup | None = None, trained: bool = True,
-        tree: bool = False,
+        verifier: Verifier, lookup: PromptLookup | None = None, trained: bool = True, tree: bool = False,
     ):
         self.layout, self.record, self.filler, self.adaptive = layout, record, filler, adaptive
         self.verifier, self.lookup, self.trained, length = verifier, lookup, trained, state.length
@@ -59,9 +57,7 @@ class LosslessPolicy:
         )
         self.branch = Branch.empty(length, lookup.matches, lookup.slots(layout)) if tree and lookup else None
         """With trees: each row's lookup branches (`PromptLookup.matches` of them), verified beside its window."""
-        sampling = record.sampling  # rows drawing with keys of their own are priced alone (draft_schedule.py)
-        own = sampling.sample[state.rows] if sampling is not None and sampling.of_requests else None
-        self.schedule = DraftSchedule.starting(state.generated, layout.window_size, trained, cost, own)
+        self.schedule = DraftSchedule.starting(state.generated, trained, filler.settings, record.sampling)
         """The adaptive schedule's row state (with `"full"`, only its `most` is read)."""
         self.draft_probs: torch.Tensor | None = None
         """Sampling: (rows, window_size, vocab) the distribution q each draft was drawn from (drafts live in the
@@ -169,10 +165,9 @@ class LosslessPolicy:
             state, plan, forward, 0, drafts, accepted, accepted, next_certain, raw, scores, commit=size > 0
         )
         fillable = self._fillable(state) & ~corrected[:, None]
-        weighs = self.adaptive and self.trained
-        entropy = self.filler.fill(state, logits, slot_physical, fillable, self.draft_probs, with_entropy=weighs)
+        entropy = self.filler.fill(state, logits, slot_physical, fillable, self.draft_probs, with_entropy=self.adaptive)
         greedy = self.verifier.greedy_rows(state)  # (sampled drafts pass by p/q: no cut for those)
-        if weighs and greedy is not None and entropy is not None:
+        if self.adaptive and self.trained and greedy is not None and entropy is not None:
             self.schedule.first_window(entropy[:, 1:], self.filler.settings.entropy_threshold, greedy & ~corrected)
         self._limit_window(state)
         self._draft_from_context(state)
