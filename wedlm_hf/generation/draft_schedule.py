@@ -190,7 +190,8 @@ class DraftSchedule(PerRow):
     def probe(self, limit: torch.Tensor, generated: torch.Tensor) -> None:
         """Set the limit to `limit`, except that where a row at zero drafts has generated `try_at` tokens, every
         row at zero drafts tries one draft (the try widens the forward for all of them), but `own` rows, which try
-        on their own."""
+        on their own. Every row that tries counts the try in its ration: one row's ration, not each row's, then
+        sets how often the batch tries."""
         batch_tries = self.most > 0 and self.prices(limit.shape[0]).tries_pay
         own_tries = self.keyed and self.most > 0 and self.prices(1).tries_pay
         if not (batch_tries or own_tries):
@@ -200,10 +201,10 @@ class DraftSchedule(PerRow):
         due = at_zero & (generated >= self.try_at)
         if not (batch_tries and own_tries):
             due &= self.own if own_tries else ~self.own
-        self.probes = self.probes + due
         joining = at_zero & due.any()
         if self.keyed:
             joining = due | joining & ~self.own
+        self.probes = self.probes + joining
         self.draft_limit = limit.masked_fill(joining, 1)
 
     def window_length(self, budget: torch.Tensor, window_size: int) -> torch.Tensor:
