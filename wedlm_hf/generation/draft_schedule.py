@@ -10,9 +10,9 @@ Each verifying forward, each row's recent acceptance gives it a pass rate p (dra
 rejections, each forward's counts weighed by `MEMORY` per forward since): a draft at depth j is expected to pass
 with p^j, so d drafts add p + ... + p^d tokens to the one every forward commits. The batch checks the d that gives
 the most expected tokens per unit of time, every row alike (a row's columns are paid anyway); where nothing pays, d
-is 0 and the batch runs greedy steps. So at batch 1 on a CPU a row whose drafts pass about half the time checks
-one or two, at batch 8 a counting row a handful, and at batch 32 none: 2d + 2 columns for 32 rows cost more there
-than any acceptance returns. Output is the model's own AR decoding whatever the width (lossless.py).
+is 0 and the batch runs greedy steps. So on a CPU a row whose drafts pass half the time checks three at batch 1,
+rows passing 19 times in 20 check 7 at batch 8, and at batch 16 or 32 none: 2d + 2 columns for that many rows
+cost more there than any acceptance returns. Output is the model's own AR decoding whatever the width (lossless.py).
 
 A row that samples with draws of its own (a continuous-batching request's seed) draws along its drafts, so its
 tokens depend on its width: such a row checks the width that pays for it alone, whatever runs beside it.
