@@ -2,7 +2,8 @@
 (`--batch-generate`, issue 15) `batch_generate` and the CLI's processes against a per-prompt loop.
 
 Default (issue 47): on the embedded checkpoint, counting and held-out code prompts at batch 1, 8 and 32 (left-padded,
-one `generate` call per batch; code prompts repeat where the held-out files give fewer), interleaved repeats of
+one `generate` call per batch; code prompts are those greedy decoding continues for the whole budget, repeated
+where the held-out files give fewer), interleaved repeats of
 batched greedy `generate()`, lossless WeDLM (`wedlm_lossless=True`, whose draft width the forward cost model prices
 per batch size) and plain WeDLM (the checkpoint's settings); prints the cost model's table, then tokens/s, each
 mode's median paired speed ratio to greedy and its tokens per forward, and whether lossless equals greedy.
@@ -90,6 +91,14 @@ def new_tokens_of(sequences: torch.Tensor, prompt_length: int, eos_id: int | Non
     return tokens
 
 
+def full_length(model, tokenizer, prompts: list[str], new_tokens: int) -> list[str]:
+    """The prompts whose greedy continuation runs the whole budget: one the model ends at once (two held-out code
+    prompts end after one token) would time its prompt's forward, not decoding, at batch 1."""
+    _, _, _, sequences = decode(model, tokenizer(prompts, return_tensors="pt", padding=True), new_tokens, "greedy")
+    eos_id = model.config.eos_token_id
+    return [prompt for prompt, row in zip(prompts, sequences[:, -new_tokens:].tolist()) if eos_id not in row]
+
+
 @torch.inference_mode()
 def decode(model, inputs, new_tokens: int, mode: str) -> tuple[float, int, int, torch.Tensor]:
     """Seconds, tokens generated, forwards (0 for greedy) and the sequences of one batched decode in `mode`."""
@@ -113,7 +122,7 @@ def decoding_modes(args) -> None:
     model = AutoModelForCausalLM.from_pretrained(wedlm_hf.DEFAULT_MODEL).eval()
     batches = [int(size) for size in args.batches.split(",")]
     largest = max(batches)
-    code = code_prompts(largest)
+    code = full_length(model, tokenizer, code_prompts(largest), args.new_tokens)
     sets = {"counting": counting_prompts(largest), "code": (code * largest)[:largest]}
     modes = ("greedy", "lossless", "plain")
     print(cost_model_markdown(cost_model_info(model)) + "\n")
