@@ -125,14 +125,14 @@ def prebuilt_attention_mask(
     if implementation not in MASK_IMPLEMENTATIONS:
         return key_valid.long()
     batch_size, key_length = key_valid.shape
-    if window_mask is None:
-        order = torch.ones(query_length, key_length, dtype=torch.bool, device=key_valid.device).tril(
+    mask = key_valid.view(batch_size, 1, 1, key_length)
+    if window_mask is not None:
+        past = window_mask.new_ones((batch_size, query_length, key_length - query_length))
+        mask = mask & torch.cat([past, window_mask], dim=2)[:, None]
+    elif query_length > 1:  # (one query, the last column, sees every valid key: no order to apply)
+        mask = mask & torch.ones(query_length, key_length, dtype=torch.bool, device=key_valid.device).tril(
             key_length - query_length
         )
-    else:
-        past = window_mask.new_ones((batch_size, query_length, key_length - query_length))
-        order = torch.cat([past, window_mask], dim=2)[:, None]
-    mask = key_valid.view(batch_size, 1, 1, key_length) & order
     return additive_mask(mask, dtype) if implementation == "eager" else mask
 
 

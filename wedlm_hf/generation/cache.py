@@ -28,8 +28,8 @@ class WeDLMCache(DynamicCache):
         self.max_wasted_slots = max_wasted_slots
 
     def key_valid(self, window_valid: torch.Tensor) -> torch.Tensor:
-        """Which keys the next forward may attend to: the committed columns, then this window's live slots."""
-        return torch.cat([self.key_mask, window_valid.bool()], dim=1)
+        """Which keys the next forward may attend to: the committed columns, then this window's live slots (bool)."""
+        return torch.cat([self.key_mask, window_valid], dim=1)
 
     def commit(
         self, num_committed: torch.Tensor, kept: int, longest_valid: int, columns: torch.Tensor | None = None
@@ -51,8 +51,11 @@ class WeDLMCache(DynamicCache):
                     window[:, :, :kept] = window.gather(2, expanded[shape])
         if kept < window_length:  # (a one-token forward that keeps its token crops nothing)
             self.crop(kept - window_length)
-        slots = torch.arange(kept, device=num_committed.device)
-        self.key_mask = torch.cat([self.key_mask, slots[None, :] < num_committed[:, None]], dim=1)
+        if kept == 1:  # (a one-token step: the row kept its token or nothing)
+            new_columns = num_committed[:, None] > 0
+        else:
+            new_columns = torch.arange(kept, device=num_committed.device)[None, :] < num_committed[:, None]
+        self.key_mask = torch.cat([self.key_mask, new_columns], dim=1)
         self.valid_per_row = self.valid_per_row + num_committed
         if self.key_mask.shape[1] - longest_valid > self.max_wasted_slots:
             self.compact(longest_valid)

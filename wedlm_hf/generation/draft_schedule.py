@@ -107,6 +107,8 @@ class DraftSchedule(PerRow):
     """Whether any row may be `own` (rows sample with draws of their own)."""
     priced: dict[int, BatchPrices] = field(default_factory=dict, repr=False)
     """`BatchPrices` per batch size met so far."""
+    widths_of: tuple[torch.Tensor, int, torch.Tensor] | None = field(default=None, repr=False)
+    """The last `draft_limit` and window size `window_length` read, with their windows: AR steps keep the limit."""
 
     @classmethod
     def starting(
@@ -209,5 +211,7 @@ class DraftSchedule(PerRow):
 
     def window_length(self, budget: torch.Tensor, window_size: int) -> torch.Tensor:
         """Window per row: `draft_limit + 2` slots (1 at zero drafts), at most `window_size`, within `budget`."""
-        limit = self.draft_limit
-        return torch.minimum((limit + 2).masked_fill(limit == 0, 1).clamp(max=window_size), budget)
+        limit, known = self.draft_limit, self.widths_of
+        if known is None or known[0] is not limit or known[1] != window_size:  # (limits are replaced, never edited)
+            known = self.widths_of = (limit, window_size, (limit + 2).masked_fill(limit == 0, 1).clamp(max=window_size))
+        return torch.minimum(known[2], budget)

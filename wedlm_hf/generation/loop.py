@@ -55,18 +55,13 @@ def step_sync(
     done = state.done
     cache_values = backend.sync_values(kept) if kept is not None else []
     branches = [] if plan.branch_count is None else [plan.branch_count.sum(1).masked_fill(done, 0).max()]
-    summary = torch.stack(
-        [
-            plan.length.masked_fill(done, 0).max(),
-            plan.filled.sum(1).masked_fill(done, layout.width).min(),
-            *(check.long() for check in plan.checks),
-            *branches,
-        ]
-    )
-    host = torch.cat([summary, done.long(), *(value.reshape(-1) for value in cache_values)]).tolist()
-    fed, fewest_filled = host[:2]
-    checks = host[2 : 2 + len(plan.checks)]
-    branch_width = host[2 + len(plan.checks)] if branches else 0
+    counted = [] if plan.fewest_filled is not None else [plan.filled.sum(1).masked_fill(done, layout.width).min()]
+    summary = torch.stack([plan.length.masked_fill(done, 0).max(), *counted, *plan.checks, *branches])  # (bools
+    host = torch.cat([summary, done, *(value.reshape(-1) for value in cache_values)]).tolist()  # read as 0 / 1)
+    fed, fewest_filled = host[0], host[1] if counted else plan.fewest_filled
+    first_check = 1 + len(counted)
+    checks = host[first_check : first_check + len(plan.checks)]
+    branch_width = host[first_check + len(plan.checks)] if branches else 0
     ended = host[len(summary) : len(summary) + done.shape[0]]
     values = host[len(summary) + done.shape[0] :]
     running = [row for row, end in enumerate(ended) if not end]

@@ -80,17 +80,17 @@ class LosslessPolicy:
         # 1. the certain token is committed now (its K/V come from the forward below); 2. one forward: next-token
         #    logits at the certain token and at every leading draft, plus as many extra mask slots as there are
         #    drafts, so that if all are accepted the next window is already predicted
-        start = state.generated
+        start, fewest_filled = state.generated, None
         if self.certain_only:  # every window is its certain token, then masks: nothing to scan, no draft to add
-            filled, leading = self.layout.slots.eq(0).expand_as(state.window), torch.ones_like(start)
-            length = state.length  # (set within each row's budget by the last update)
+            filled, leading = self.layout.slot_zero_only(start.shape[0])
+            length, fewest_filled = state.length, 1  # (length: set within each row's budget by the last update)
         else:
             filled, leading = leading_filled(state, self.layout)
             length = torch.minimum(state.length + (leading - 1), state.max_new_tokens - start)
-        state.done |= self.record.commit_first(state)
+        self.record.commit_first(state, none_done=self.certain_only)  # (an AR-only update ends no row)
         self.mask_check = (self.drafts.mask_predicted, state.rows)  # (which rows, read only if the check fails)
-        checks = (self.drafts.mask_predicted.any(),)
-        return StepPlan(length, start, filled, leading, all_columns=True, checks=checks, **plan_fields(self.branch))
+        return StepPlan(length, start, filled, leading, all_columns=True, checks=(self.drafts.mask_predicted.any(),),
+                        fewest_filled=fewest_filled, **plan_fields(self.branch))
 
     def checked(self, values: list[int]) -> None:
         if values and values[0]:
@@ -209,7 +209,7 @@ class LosslessPolicy:
         token is the next certain token, written over slot 0 (the slots after it hold masks, whose draft
         distributions are never read); nothing to verify, count, fill or shift. The general path's result in far
         fewer ops: most lossless forwards are of this kind where drafts fail."""
-        one = torch.ones_like(plan.length)
+        one = self.layout.slot_zero_only(plan.length.shape[0])[1]
         if self.verifier.needs_scores:
             scores = self.verifier.scores(state, forward.logits[:, :1], one)
             next_certain = self.verifier.next_tokens(scores, state)[:, 0]
@@ -259,7 +259,7 @@ class LosslessPolicy:
         self, state: WindowState, tokens: torch.Tensor, logits: torch.Tensor | None, scores: torch.Tensor | None
     ) -> None:
         """Slot 0 gets the verified token, with the (rows, 1, vocab) logits and scores it was chosen from."""
-        self.drafts.mask_predicted |= tokens == self.layout.mask_id
+        self.drafts.mask_predicted = tokens == self.layout.mask_id  # (the last plan's check found none before)
         state.window[:, 0] = tokens
         state.fill_step[:, 0] = self.record.steps
         if logits is not None and state.scores.kinds:

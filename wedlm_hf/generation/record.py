@@ -100,27 +100,27 @@ class OutputRecord:
         self._write(state, commit_length, start, offset)
         return finished
 
-    def commit_first(self, state: WindowState) -> torch.Tensor:
-        """`commit(state, ones)`: each running row's slot 0 alone (lossless mode's certain token, every step) in
-        half the ops; the general commit where stopping criteria, a streamer or kept scores need it."""
+    def commit_first(self, state: WindowState, none_done: bool = False) -> None:
+        """`commit` of each running row's slot 0 alone (lossless mode's certain token, every step), ended rows marked
+        done, in half the ops (the general commit for criteria, a streamer or kept scores); `none_done`: none ended."""
         if self.user_criteria or self.row_criteria or self.streamer is not None or self.token_scores:
-            return self.commit(state, torch.ones_like(state.generated))
-        token, running = state.window[:, 0], ~state.done
-        finished = state.generated + 1 >= state.max_new_tokens
-        reason = ENDED_BY.index(LENGTH)
+            state.done |= self.commit(state, torch.ones_like(state.generated))
+            return
+        token, running = state.window[:, 0], None if none_done else ~state.done
+        finished, reason = state.generated + 1 >= state.max_new_tokens, ENDED_BY.index(LENGTH)
         if self.eos_ids is not None:
             is_eos = torch.isin(token, self.eos_ids)
             finished |= is_eos
             reason = torch.where(is_eos, ENDED_BY.index(EOS), reason)
-        finished &= running
+        finished = finished if running is None else finished & running
         # a running row's finish is 0 (finish and done are set together): adding the reason records it
         self.finish.index_put_((state.rows,), finished * reason, accumulate=True)
-        position, rows = state.generated.masked_fill(state.done, self.discard), state.rows
-        self.new_tokens[rows, position] = token
-        self.fill_step[rows, position] = state.fill_step[:, 0]
-        self.commit_step[rows, position] = self.steps + 1
-        state.generated = state.generated + running
-        return finished
+        position = state.generated if running is None else state.generated.masked_fill(state.done, self.discard)
+        self.new_tokens[state.rows, position] = token
+        self.fill_step[state.rows, position] = state.fill_step[:, 0]
+        self.commit_step[state.rows, position] = self.steps + 1
+        state.generated = state.generated + (1 if running is None else running)
+        state.done = finished if running is None else state.done | finished
 
     def _finish_rows(self, state: WindowState, finished: torch.Tensor, reason: torch.Tensor | int) -> None:
         """Record why the rows `finished` ended (`reason`: an `ENDED_BY` index), unless they had already."""

@@ -9,7 +9,7 @@ A join builds every new value first and sets them only once all are built (`Upda
 rows join (out of memory, say) leaves the running rows as they were, so it fails only the rows being admitted.
 """
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, NewType
 
 import torch
@@ -48,6 +48,8 @@ class WindowLayout:
     """Sort keys that put live mask slots after the filled ones, and dead slots after both (`feed_order`)."""
     suppressed: torch.Tensor | None = None
     """Token ids whose logits every forward sets to -inf (`suppress_tokens`), or None."""
+    first_only: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict, repr=False, compare=False)
+    """`slot_zero_only`'s tensors per batch size, built once: they never change."""
 
     @classmethod
     def create(
@@ -61,6 +63,13 @@ class WindowLayout:
         slots = torch.arange(width, device=device)[None]
         suppressed = None if suppressed is None else suppressed.to(device)
         return cls(mask_id, window_size, slots, slots + width, slots + 2 * width, suppressed)
+
+    def slot_zero_only(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The filled slots (rows, width) and leading count (rows: ones) of windows that hold slot 0 alone, as a
+        lossless window of its certain token then masks does every AR step."""
+        if rows not in self.first_only:
+            self.first_only[rows] = (self.slots.eq(0).expand(rows, -1), self.slots.new_ones(rows))
+        return self.first_only[rows]
 
     @property
     def width(self) -> int:
@@ -183,6 +192,8 @@ class StepPlan(PerRow):
     """Whether the policy needs the logits of every fed column, not only of the mask columns."""
     checks: tuple[torch.Tensor, ...] = ()
     """Read in the sync of the plan's own rows (a joining batch's, in its own sync)."""
+    fewest_filled: int | None = None
+    """The fewest filled slots of a running row where the policy knows it (the sync need not count them)."""
     branch_tokens: torch.Tensor | None = None
     """(rows, size) a branch verified beside the window (`tree.py`), for slots `branch_depth` on, `branch_count`
     tokens of it (0: none); None where the policy builds no trees."""
