@@ -201,7 +201,7 @@ class DraftSchedule(PerRow):
             return
         at_zero = limit == 0
         due = at_zero & (generated >= self.try_at)
-        if not (batch_tries and own_tries):
+        if self.keyed and not (batch_tries and own_tries):  # (unkeyed, no row is `own`)
             due &= self.own if own_tries else ~self.own
         joining = at_zero & due.any()
         if self.keyed:

@@ -261,7 +261,7 @@ class LosslessPolicy:
         """Slot 0 gets the verified token, with the (rows, 1, vocab) logits and scores it was chosen from."""
         self.drafts.mask_predicted = tokens == self.layout.mask_id  # (the last plan's check found none before)
         state.window[:, 0] = tokens
-        state.fill_step[:, 0] = self.record.steps
+        state.fill_step[:, 0].fill_(self.record.steps)  # (no scalar tensor made, as assignment makes one)
         if logits is not None and state.scores.kinds:
             state.scores.place(slice(0, 1), logits, scores)
 
