@@ -207,7 +207,9 @@ class DraftSchedule(PerRow):
         if self.keyed:
             joining = due | joining & ~self.own
         self.probes = self.probes + joining
-        self.draft_limit = limit.masked_fill(joining, 1)
+        self.draft_limit, known = limit.masked_fill(joining, 1), self.widths_of
+        if known is not None and known[0] is limit:  # (a try's window: one draft, 3 slots, as `window_length` sets)
+            self.widths_of = (self.draft_limit, known[1], known[2].masked_fill(joining, min(3, known[1])))
 
     def window_length(self, budget: torch.Tensor, window_size: int) -> torch.Tensor:
         """Window per row: `draft_limit + 2` slots (1 at zero drafts), at most `window_size`, within `budget`."""
