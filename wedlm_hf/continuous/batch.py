@@ -112,7 +112,7 @@ class RunningBatch:
             self.loop.join(loop)
             return
         if self.pool is not None:
-            loop.hand_over(self.pool)
+            loop.rows.hand_over(self.pool)
         self.loop = loop
 
     def step(self) -> None:
@@ -126,11 +126,11 @@ class RunningBatch:
         return [] if self.loop is None else self.loop.progress(reported)
 
     def cancel(self, rows: list[InputRow]) -> None:
-        self.loop.cancel(rows)
+        self.loop.rows.cancel(rows)
 
     def forget(self, rows: list[InputRow]) -> None:
         """Drop ended rows `rows` (reported): the later rows move up; with none left, the loop goes."""
-        self.loop.forget(rows)
+        self.loop.rows.forget(rows)
         if self.rows == 0:
             self.loop = None
 

@@ -10,20 +10,21 @@ Policies (plain.py, lossless.py) and backends (dynamic.py, pool.py) are objects 
 transformers' assisted-decoding loop is handed a candidate generator; a new one implements a protocol of
 protocols.py.
 `DecodeLoop` holds the loop between steps, so continuous batching can join rows at a step boundary, and rows can
-move to another backend after their first step (`hand_over`: the prompt's forward runs on the dynamic backend,
-the steps after it on a pool of K/V blocks).
+move to another backend after their first step (`RunningRows.hand_over`: the prompt's forward runs on the dynamic
+backend, the steps after it on a pool of K/V blocks); every way rows join, leave or move is `RunningRows` (rows.py).
 """
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
 from .outputs import ENDED_BY, WeDLMStats
 from .protocols import ForwardBackend, StepPolicy
 from .record import OutputRecord
+from .rows import RunningRows
 from .tree import branch_inputs
 from .window import (
-    Forward, InputRow, Kept, RunningRow, StepPlan, WindowLayout, WindowState, feed_order, swap_in,
+    Forward, Kept, RunningRow, StepPlan, WindowLayout, WindowState, feed_order, swap_in,
 )
 
 
@@ -133,95 +134,67 @@ class DecodeLoop:
 
     A step is `settle` (commit, the one host read, finished rows leave) then `advance` (the forward and the
     policy's update). Between the two, every row's commits are applied and its next forward is planned: the point
-    where rows can join (`join`), be cancelled (`cancel`), report (`progress`) and, once ended, be forgotten
-    (`forget`).
+    where rows can join (`join`), report (`progress`), and be cancelled, handed to another backend or, once ended,
+    forgotten (`rows`: `RunningRows`, rows.py, the one place rows join and leave).
     """
 
     def __init__(
         self, state: WindowState, layout: WindowLayout, record: OutputRecord, policy: StepPolicy,
         backend: ForwardBackend,
     ):
-        self.state, self.layout, self.record, self.policy, self.backend = state, layout, record, policy, backend
-        self.plan: StepPlan | None = None
+        self.layout = layout
+        self.rows = RunningRows(state, record, policy, backend)
         self.sync: StepSync | None = None
         self.kept: Kept | None = None
         """Per row, the K/V of the last forward's window to keep; applied at the next sync."""
 
+    @property
+    def state(self) -> WindowState:
+        return self.rows.state
+
+    @property
+    def record(self) -> OutputRecord:
+        return self.rows.record
+
     def settle(self) -> list[RunningRow]:
         """Plan the next forward, read the host once, apply the last commit; return the indices (into the rows
         before) of the rows that go on, the others having left."""
-        self.plan = self.policy.plan(self.state)
-        kept = self.kept
-        self.sync = sync = step_sync(self.state, self.layout, self.plan, kept and kept.count, self.backend)
+        rows, kept = self.rows, self.kept
+        rows.plan = plan = rows.policy.plan(rows.state)
+        self.sync = sync = step_sync(rows.state, self.layout, plan, kept and kept.count, rows.backend)
         if kept is not None:
-            self.backend.commit(kept.count, sync.cache_values, kept.columns)
+            rows.backend.commit(kept.count, sync.cache_values, kept.columns)
             self.kept = None
-        if len(sync.running) < self.state.rows.shape[0]:
-            self.keep_rows(sync.running)
-        self.policy.checked(sync.checks)
+        if len(sync.running) < rows.count:
+            rows.keep(sync.running)
+        rows.policy.checked(sync.checks)
         return sync.running
 
-    def keep_rows(self, running: list[RunningRow]) -> None:
-        """Only rows `running` go on (the others finished, or were dropped); their totals are recorded first. The
-        sync's width stays that of the rows before: wider than needed after a drop, which only feeds dead slots."""
-        self.record.store_totals(self.state, {**self.state.counters(), **self.policy.counters()})
-        index = torch.tensor(running, dtype=torch.long, device=self.state.rows.device)
-        self.state.select(index)
-        if self.plan is not None:
-            self.plan.select(index)
-        self.policy.select_rows(index)
-        self.backend.select_rows(index, running)
-
     def advance(self) -> None:
-        forward = feed(self.state, self.layout, self.plan, self.sync, self.backend, self.record)
-        self.kept = self.policy.update(self.state, self.plan, forward)
+        rows = self.rows
+        forward = feed(rows.state, self.layout, rows.plan, self.sync, rows.backend, rows.record)
+        self.kept = rows.policy.update(rows.state, rows.plan, forward)
 
     def join(self, other: "DecodeLoop") -> None:
-        """Append `other`'s rows, settled after their first forward in a loop of their own over the same layout:
-        its record's rows after this record's, its running rows after these running rows. Every joined value is
-        built before any is set (`swap_in`), so a fault while joining leaves this loop as it was."""
-        offset, first_row = self.record.steps - other.record.steps, self.record.sequences.shape[0]
-        updates = self.record.joined(other.record)
-        if other.state.rows.shape[0] > 0:  # (rows that all ended in their first step join only the record)
-            theirs = replace(other.state, rows=other.state.rows + first_row, fill_step=other.state.fill_step + offset)
-            if self.state.rows.shape[0] == 0:
+        """Append `other`'s rows, settled after their first forward in a loop of their own over the same layout
+        (`RunningRows.joined`), and size the next forward for both. Every joined value is built before any is set
+        (`swap_in`), so a fault while joining leaves this loop as it was."""
+        updates = self.rows.joined(other.rows)
+        if other.rows.count > 0:
+            if self.rows.count == 0:
                 sync = other.sync
             else:  # the widest window and the fewest filled slots over both batches, as one sync over all reads them
                 fewest_filled = min(self.sync.fed - self.sync.mask_columns, other.sync.fed - other.sync.mask_columns)
                 fed = max(self.sync.fed, other.sync.fed)
                 branch_width = max(self.sync.branch_width, other.sync.branch_width)
                 sync = StepSync(fed, fed - fewest_filled, [], [], [], branch_width)
-            updates += [
-                (self.state, self.state.joined(theirs)),
-                (self.plan, self.plan.joined(other.plan)),
-                (self, {"sync": sync}),
-                *self.policy.joined_rows(other.policy),
-                *self.backend.joined_rows(other.backend),
-            ]
+            updates.append((self, {"sync": sync}))
         swap_in(updates)
-
-    def hand_over(self, backend: ForwardBackend) -> None:
-        """Move the running rows to `backend` (which runs none yet), after their first step: e.g. from the dynamic
-        backend that fed their prompt to a pool of K/V blocks."""
-        swap_in(backend.joined_rows(self.backend))
-        self.backend = backend
-
-    def cancel(self, rows: list[InputRow]) -> None:
-        """End input rows `rows` now (a client cancelled them): they leave the running batch, recorded as cancelled."""
-        running = self.state.rows.tolist()
-        self.record.cancel(torch.tensor(rows, dtype=torch.long, device=self.state.rows.device))
-        self.keep_rows([i for i, row in enumerate(running) if row not in rows])
-
-    def forget(self, rows: list[InputRow]) -> None:
-        """Drop ended input rows `rows` from the record (their output was read): the later rows move up."""
-        gone = set(rows)
-        moved = self.record.keep([row for row in range(self.record.sequences.shape[0]) if row not in gone])
-        self.state.rows = moved[self.state.rows]
 
     @property
     def running(self) -> int:
         """How many rows are still decoding."""
-        return self.state.rows.shape[0]
+        return self.rows.count
 
     def progress(self, reported: list[int]) -> list[RowProgress]:
         """Every input row's tokens committed after its first `reported[row]`, why it ended and its statistics
@@ -260,7 +233,7 @@ def run(loop: DecodeLoop, then: ForwardBackend | None = None) -> None:
     after their first step."""
     running = first_step(loop)
     if then is not None:
-        loop.hand_over(then)
+        loop.rows.hand_over(then)
     while running:
         loop.advance()
         running = loop.settle()

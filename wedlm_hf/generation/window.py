@@ -3,7 +3,8 @@
 A window is `width = 2 * window_size` slots per row (a window plus the mask slots appended before a commit); a
 slot holds a token or the mask id. Every per-row tensor has the running rows as its first dimension, so the
 containers of them (`WindowState`, `StepPlan`, a policy's row state) share one generic `select(index)` for rows
-that leave and one `joined(other)` for rows that join (continuous batching, docs/serving.md): `PerRow`.
+that leave and one `joined(other)` for rows that join (continuous batching, docs/serving.md): `PerRow`, whose
+`select_rows` / `joined_rows` make it a member of the running rows (rows.py), where rows join and leave.
 
 A join builds every new value first and sets them only once all are built (`Updates`, `swap_in`): a fault while
 rows join (out of memory, say) leaves the running rows as they were, so it fails only the rows being admitted.
@@ -136,6 +137,14 @@ class PerRow:
             for name, value in self.row_fields()
             for theirs in (getattr(other, name),)
         }
+
+    def select_rows(self, index: torch.Tensor) -> None:
+        """`select`, as a member of the running rows (`rows.RowMember`)."""
+        self.select(index)
+
+    def joined_rows(self, other: "PerRow") -> Updates:
+        """`joined`, as a member of the running rows (`rows.RowMember`): built, set by `swap_in`."""
+        return [(self, self.joined(other))]
 
 
 @dataclass
