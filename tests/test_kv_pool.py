@@ -232,3 +232,27 @@ def test_the_pool_or_not_by_attention_implementation():
         WeDLMScheduler(model, config, kv_pool=True)
     with pytest.raises(ValueError, match="`kv_pool` must be"):
         WeDLMScheduler(model, config, kv_pool="yes")
+
+
+def test_each_request_record_holds_its_row_and_blocks(monkeypatch):
+    """A running request's record (`Sequence`) names its row of the running batch and the pool's blocks of that row,
+    kept up to date as rows before it leave and as its row grows; every running row is one request's."""
+    monkeypatch.setattr(pool_module, "BLOCK_SIZE", 4)
+    model = wedlm_hf.enable(tiny_model("wedlm"))
+    config = server_config(model, wedlm_lossless=True)
+    scheduler = WeDLMScheduler(model, config, max_batch_size=3)
+    checked = []
+
+    def records_match_rows(s):
+        if s.batch.loop is None:
+            return
+        rows, held = s.batch.loop.rows, s.batch.pool.cache.blocks.held
+        assert [sequence.row for sequence in s.running] == list(range(rows.held))
+        for running_row, row in enumerate(rows.input_rows):
+            sequence = s.running.sequences[row]
+            assert sequence.finish_reason == "" and sequence.blocks is held[running_row]
+            checked.append(len(sequence.blocks))
+
+    requests = requests_of(LONG_PROMPTS, BUDGETS)
+    assert_alone_equal(model, config, requests, run_staggered(scheduler, requests, ARRIVALS, records_match_rows))
+    assert max(checked) > 1 and len(checked) > len(requests)

@@ -4,7 +4,7 @@ built by `prepare_decoding` as `wedlm_decode` builds its own. Sampling is each r
 output record: temperature, top-k/p, min-p, penalties, seed), the config's sampling being the default of a
 request that brings none.
 
-It knows rows, not requests (the scheduler maps one to the other): an admitted group is decoded through its first
+It knows rows, not requests (`RunningRequests`, running.py, maps one to the other): an admitted group is decoded through its first
 step (prompt and first window) in a batch of its own, as `generate` decodes it, then joins (`DecodeLoop.join`);
 the first group into an idle batch becomes the loop, and the loop is dropped once its last row is forgotten, so
 the batch only ever holds rows that decode.
@@ -32,7 +32,7 @@ from ..generation.sampling import RowSampling, SamplingParams
 from ..generation.window import InputRow
 from .history import RequestHistory
 from .padding import left_padded
-from .requests import GenerationRequest
+from .sequence import Sequence
 
 
 class RunningBatch:
@@ -89,20 +89,20 @@ class RunningBatch:
             return None
         return PoolBackend(self.model, rows, self.layout.mask_id)
 
-    def start(self, group: list[GenerationRequest]) -> None:
+    def start(self, group: list[Sequence]) -> None:
         """Decode the first step of `group` in a batch of its own (prompt and first window in one forward, as
         `generate` does), then append its rows, in order, after the held ones. A fault anywhere in here leaves
         the held rows as they were."""
-        input_ids, mask = left_padded([request.input_ids for request in group], self.pad_id, self.device)
-        budgets = [request.max_new_tokens for request in group]
+        input_ids, mask = left_padded([sequence.prompt_ids for sequence in group], self.pad_id, self.device)
+        budgets = [sequence.max_new_tokens for sequence in group]
         record = self.setup.output_record(input_ids, budgets, self.config, StoppingCriteriaList())
         record.row_criteria = {
-            i: list(StoppingCriteriaList([StopStringCriteria(self.tokenizer, request.stop_strings)]))
-            for i, request in enumerate(group) if request.stop_strings
+            i: list(StoppingCriteriaList([StopStringCriteria(self.tokenizer, sequence.stop_strings)]))
+            for i, sequence in enumerate(group) if sequence.stop_strings
         }
-        params = [request.sampling or self.default_sampling for request in group]
+        params = [sequence.sampling for sequence in group]
         record.sampling = RowSampling.for_requests(params, self.device, self.layout.mask_id)
-        padded = any(len(request.input_ids) < input_ids.shape[1] for request in group)
+        padded = any(len(sequence.prompt_ids) < input_ids.shape[1] for sequence in group)
         loop = start_decoding(
             self.model, input_ids, mask, padded, torch.tensor(budgets, device=self.device), self.setup, self.config,
             record, self.history,
@@ -124,6 +124,12 @@ class RunningBatch:
     def progress(self, reported: list[int]) -> list[RowProgress]:
         """Each held row's new tokens after the first `reported[row]`, its finish reason and, once ended, stats."""
         return [] if self.loop is None else self.loop.progress(reported)
+
+    def blocks(self, row: InputRow) -> list[int]:
+        """The pool's list of the blocks input row `row` holds (it grows in place); empty without a pool or once the
+        row ended."""
+        running = None if self.loop is None or self.pool is None else self.loop.rows.running_row(row)
+        return [] if running is None else self.pool.cache.blocks.held[running]
 
     def cancel(self, rows: list[InputRow]) -> None:
         self.loop.rows.cancel(rows)

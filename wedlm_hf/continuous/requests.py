@@ -5,6 +5,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from ..generation import WeDLMStats
+from ..generation.outputs import ERROR
 from ..generation.sampling import SamplingParams
 
 
@@ -51,6 +52,12 @@ class RequestUpdate:
     @property
     def finished(self) -> bool:
         return self.result is not None
+
+
+def error_update(request_id: str, error: Exception) -> RequestUpdate:
+    """The final update of a request that `error` ended (its tokens so far are not an answer)."""
+    message = f"{type(error).__name__}: {error}"
+    return RequestUpdate(request_id, [], RequestResult(request_id, [], ERROR, error=message))
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,9 @@ they end, so one forward per step serves every running request.
 A request waits in a queue until the admission policy (admission.py; by default first come, first served while a
 row is free, `max_batch_size`, and its tokens fit, `max_batch_tokens`: prompt plus max_new_tokens, summed over the
 batch) starts it. Each step is admit -> prefill and join -> advance -> report, as a small inference engine's:
-the scheduler keeps the requests (queue, `running`, cancellations, results) and the running batch (batch.py) the
-rows, a request's row being its index in `running`. Admitted requests are decoded through their first step in a
+the scheduler keeps the queue and the cancellations, each running request is one record (`Sequence`, sequence.py:
+prompt, budget, sampling, stop strings, its row and blocks, the tokens reported), the running batch (batch.py)
+keeps the rows, and `RunningRequests` (running.py) is the one place records and rows join and leave together. Admitted requests are decoded through their first step in a
 batch of their own, then join the running batch; a request that ended is reported, then its row is forgotten.
 Every row keeps its own positions, window, budget and stopping criteria, so its output is what a `generate` call
 of its own produces (greedy and lossless; batched rows differ from lone ones only where floating-point sums over a
@@ -20,31 +21,19 @@ requests (each gets one error) and the scheduler carries on (the next admitted g
 """
 
 from collections import deque
-from dataclasses import dataclass, field
 
 import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..generation.draft_state import MaskTokenPredicted
-from ..generation.outputs import CANCELLED, ERROR
+from ..generation.outputs import CANCELLED
 from ..generation.sampling import SamplingParams
-from ..generation.window import InputRow
 from ..generation.validation import position_limit_error
 from .admission import AdmissionPolicy, FirstComeFirstServed
 from .batch import RunningBatch
 from .history import RequestHistory
-from .requests import GenerationRequest, RequestResult, RequestUpdate
-
-
-@dataclass
-class RequestState:
-    """A running request: what it asked for and the tokens sent to it so far."""
-
-    request: GenerationRequest
-    tokens: list[int] = field(default_factory=list)
-
-    def result(self, finish_reason: str, stats=None, error: str | None = None) -> RequestResult:
-        return RequestResult(self.request.request_id, self.tokens, finish_reason, stats, error)
+from .requests import GenerationRequest, RequestResult, RequestUpdate, error_update
+from .running import RunningRequests
 
 
 class WeDLMScheduler:
@@ -82,8 +71,8 @@ class WeDLMScheduler:
         self.max_batch_size, self.max_batch_tokens = max_batch_size, max_batch_tokens
         self.admission = admission or FirstComeFirstServed(max_batch_tokens)
         self.queue: deque[GenerationRequest] = deque()
-        self.running: list[RequestState] = []
-        """The running requests; each one's input row (`InputRow`) in the running batch is its index here."""
+        self.running = RunningRequests(self.batch)
+        """The running requests' records, and where they join and leave the batch."""
         self.cancelled: set[str] = set()
 
     # ----- requests in -----
@@ -129,7 +118,7 @@ class WeDLMScheduler:
         self.cancelled.add(request_id)
 
     def active_ids(self) -> set[str]:
-        return {request.request_id for request in self.queue} | {held.request.request_id for held in self.running}
+        return {request.request_id for request in self.queue} | {sequence.request_id for sequence in self.running}
 
     def has_work(self) -> bool:
         return bool(self.queue or self.running or self.cancelled)
@@ -141,17 +130,15 @@ class WeDLMScheduler:
         """Drop cancelled requests, admit what the policy starts (their prefill, then they join), run one forward
         of the running batch, report."""
         updates = self._drop_cancelled()
-        self._start(self.admission.admit(self.queue, self.max_batch_size - len(self.running), self._requests()), updates)
+        free_rows = self.max_batch_size - len(self.running)
+        self._start(self.admission.admit(self.queue, free_rows, self.running.requests()), updates)
         try:
             self.batch.step()
         except MaskTokenPredicted as error:  # raised once the step settled: those rows leave, the others go on
-            updates += self._fail_rows(error.rows, error)
+            updates += self.running.fail(error.rows, error)
         except Exception as error:  # a shared step: every request in the batch fails, once
-            return updates + self._fail_running(error)
-        return updates + self._report()
-
-    def _requests(self) -> list[GenerationRequest]:
-        return [held.request for held in self.running]
+            return updates + self.running.fail_all(error)
+        return updates + self.running.report()
 
     def _drop_cancelled(self) -> list[RequestUpdate]:
         """Queued requests that were cancelled end here; running ones leave the batch and are reported by this
@@ -162,73 +149,27 @@ class WeDLMScheduler:
             for r in self.queue if r.request_id in cancelled
         ]
         self.queue = deque(r for r in self.queue if r.request_id not in cancelled)
-        rows = [row for row, held in enumerate(self.running) if held.request.request_id in cancelled]
-        if rows:
-            self.batch.cancel(rows)
+        self.running.cancel(cancelled)
         return updates
 
     def _start(self, group: list[GenerationRequest], updates: list[RequestUpdate]) -> None:
         """Prefill `group` and join it to the running batch (a request whose prefill fails fails alone)."""
         if len(group) > 1:
             try:
-                self._run(group)
+                self.running.admit(group)
                 return
             except Exception:  # find the request at fault: each alone
                 pass
         for request in group:
             try:
-                self._run([request])
+                self.running.admit([request])
             except Exception as error:
-                updates.append(self._failed(request, error))
+                updates.append(error_update(request.request_id, error))
 
-    def _run(self, group: list[GenerationRequest]) -> None:
-        self.batch.start(group)
-        self.running += [RequestState(request) for request in group]
-
-    # ----- updates out -----
-
-    def _report(self) -> list[RequestUpdate]:
-        """Each running request's new tokens, as the loop hands them back, and the ended ones' results (their
-        finish reason as the loop recorded it); ended requests then leave."""
-        updates, ended = [], []
-        for row, (held, progress) in enumerate(zip(self.running, self.batch.progress(self._reported()))):
-            held.tokens += progress.tokens
-            result = None
-            if progress.finish_reason:
-                result = held.result(progress.finish_reason, progress.stats)
-                ended.append(row)
-                if self.history is not None:
-                    self.history.add(held.request.input_ids, held.tokens)
-            if progress.tokens or result is not None:
-                updates.append(RequestUpdate(held.request.request_id, progress.tokens, result))
-        if ended:
-            self.batch.forget(ended)
-            self.running = [held for row, held in enumerate(self.running) if row not in ended]
-        return updates
-
-    def _reported(self) -> list[int]:
-        return [len(held.tokens) for held in self.running]
+    # ----- failures -----
 
     def fail_all(self, error: Exception) -> list[RequestUpdate]:
         """Fail every queued and running request (the caller hit a fault outside any one request) and start over."""
-        updates = self._fail_running(error) + [self._failed(request, error) for request in self.queue]
+        updates = self.running.fail_all(error) + [error_update(request.request_id, error) for request in self.queue]
         self.queue.clear()
         return updates
-
-    def _fail_rows(self, rows: list[InputRow], error: Exception) -> list[RequestUpdate]:
-        """Fail the requests of rows `rows` alone: they leave the batch, and their rows are forgotten."""
-        self.batch.cancel(rows)
-        self.batch.forget(rows)
-        failed = [self._failed(self.running[row].request, error) for row in rows]
-        self.running = [held for row, held in enumerate(self.running) if row not in rows]
-        return failed
-
-    def _fail_running(self, error: Exception) -> list[RequestUpdate]:
-        updates = [self._failed(held.request, error) for held in self.running]
-        self.running = []
-        self.batch.clear()
-        return updates
-
-    def _failed(self, request: GenerationRequest, error: Exception) -> RequestUpdate:
-        message = f"{type(error).__name__}: {error}"
-        return RequestUpdate(request.request_id, [], RequestResult(request.request_id, [], ERROR, error=message))
