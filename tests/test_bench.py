@@ -44,7 +44,8 @@ def test_every_arm_is_reported(result, tmp_path):
     assert set(rows) == ALL_ARMS
     table = markdown(result)
     assert all(f"| {name} |" in table for name in ALL_ARMS)
-    assert "### forward cost model (cpu: scale 24 tokens" in table and "| batch 32 | 1.00 |" in table
+    assert "### forward cost model (cpu: the decoder prices with scale 24 tokens, declared for the device" in table
+    assert "| 32 | priced (scale 24) | 1.00 |" in table and "| measured |" not in table  # no profile: run_bench alone
     write_json(result, tmp_path / "bench.json")
     data = json.loads((tmp_path / "bench.json").read_text())
     assert {r["arm"] for r in data["sets"]["random"]} == ALL_ARMS
@@ -150,18 +151,27 @@ def test_a_new_arm_is_one_entry(monkeypatch):
         build_arms(("nope",))
 
 
-def test_cli_writes_table_json_and_png(tmp_path, capsys):
+def test_cli_writes_table_json_and_png(tmp_path, capsys, monkeypatch):
+    """Also the forward cost profile: measured and printed beside the scale the decoder prices with (the declared
+    one), and with `--store-forward-cost` stored, so that the next run's decoder prices with it."""
+    monkeypatch.setenv("WEDLM_HF_FORWARD_COST", str(tmp_path / "forward_cost.json"))
     json_path, png_path = tmp_path / "b.json", tmp_path / "b.png"
-    code = main([
+    argv = [
         "bench", "--model", "random", "--arms", "ar,wedlm", "--num-prompts", "1", "--max-new-tokens", "8",
         "--repeats", "1", "--thresholds", "none", "--lengths", "8", "--no-progress",
-        "--json", str(json_path), "--plot", str(png_path),
-    ])
+    ]
+    code = main([*argv, "--json", str(json_path), "--plot", str(png_path)])
     assert code == 0
     out = capsys.readouterr().out
     assert "| wedlm@1slot |" in out and "| ar |" in out
     assert json.loads(json_path.read_text())["config"]["max_new_tokens"] == 8
     assert png_path.stat().st_size > 0
+    assert "| 1 | measured | 1.00 |" in out and "decoder prices with scale 24 tokens, declared" in out
+    assert not (tmp_path / "forward_cost.json").exists()
+    assert main([*argv, "--arms", "ar", "--json", str(json_path), "--store-forward-cost"]) == 0
+    measured = json.loads(json_path.read_text())["forward_cost"]["measured_scale"]
+    assert f"decoder prices with scale {measured:g} tokens, measured here" in capsys.readouterr().out
+    assert (tmp_path / "forward_cost.json").exists()
 
 
 def test_compile_flag_adds_compiled_arms(tmp_path, capsys):

@@ -1,7 +1,10 @@
 """The forward cost model (`wedlm_hf/generation/forward_cost.py`): one module, standard library only, that lossless
-mode's draft width, plain mode's warning and the vLLM drafter all read; its scale is overridable per call."""
+mode's draft width, plain mode's warning and the vLLM drafter all read; its scale is declared per device type,
+measured by a profile and stored per device and model (`cost_profile.py`), or given per call."""
 
 import ast
+import json
+import math
 import sys
 
 import pytest
@@ -11,7 +14,8 @@ from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging as transformers_logging
 
 import wedlm_hf
-from wedlm_hf.generation import forward_cost, plain
+from wedlm_hf.bench.measure import ForwardCounter
+from wedlm_hf.generation import cost_profile, forward_cost, plain
 from wedlm_hf.generation.forward_cost import ForwardCost
 from wedlm_vllm import cost as vllm_cost
 
@@ -87,3 +91,110 @@ def test_plain_mode_warns_once_past_the_batch_size_where_its_window_pays():
                     mask_token_id=MASK_ID, wedlm_window_size=16,
                 )
         assert captured.out.count("wedlm_lossless=True") == int(warned), rows
+
+
+@pytest.fixture
+def profiles(tmp_path, monkeypatch):
+    """A file of stored profiles of its own."""
+    path = tmp_path / "profiles" / "forward_cost.json"
+    monkeypatch.setenv(forward_cost.PROFILE_FILE_VARIABLE, str(path))
+    return path
+
+
+def test_the_profile_file_is_in_the_hugging_face_cache_unless_named(monkeypatch, tmp_path):
+    monkeypatch.delenv(forward_cost.PROFILE_FILE_VARIABLE)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    assert forward_cost.profile_path() == tmp_path / "wedlm_hf" / "forward_cost.json"
+
+
+@pytest.mark.parametrize("scale", [3.0, 24.0, 300.0])
+def test_the_fit_recovers_the_scale_of_forwards_that_follow_the_model(scale):
+    samples = [(rows, width, 0.001 * (scale + rows * width)) for rows in (1, 8, 32) for width in (1, 4, 16)]
+    fitted = forward_cost.fitted_scale(samples)
+    assert abs(math.log2(fitted / scale)) <= 1 / 16  # the grid's steps are 2^(1/8)
+
+
+def test_the_fit_of_forwards_that_do_not_grow_is_the_largest_scale_and_one_width_fits_nothing():
+    flat = [(rows, width, 0.01) for rows in (1, 8) for width in (1, 4, 16)]
+    assert forward_cost.fitted_scale(flat) == round(forward_cost.LARGEST_SCALE, 1)
+    with pytest.raises(ValueError, match="one-column and a wider forward"):
+        forward_cost.fitted_scale([(1, 1, 0.01), (8, 4, 0.02)])
+
+
+def test_a_profile_of_the_model_is_measured_once_then_read_from_its_file(profiles):
+    """`"measure"`: the first call times forwards and stores the fit; the second (as a new process would) reads
+    the file and runs no forward. `"auto"` reads it too, `"declared"` ignores it, a number overrides both."""
+    model = wedlm_hf.enable(tiny_model("wedlm"))
+    with ForwardCounter(model) as first:
+        scale, source = cost_profile.chosen_scale(model, "measure")
+    assert first.calls > 0 and 1 <= scale <= forward_cost.LARGEST_SCALE and math.isfinite(scale)
+    assert "measured here" in source
+    (key, stored), = json.loads(profiles.read_text()).items()
+    assert key == cost_profile.profile_key(model) and stored["scale"] == scale
+    assert {(rows, width) for rows, width, _ in stored["samples"]} >= {(1, 1), (1, 4), (1, 16)}
+    assert all(seconds > 0 for *_, seconds in stored["samples"])
+    with ForwardCounter(model) as second:
+        assert cost_profile.chosen_scale(model, "measure")[0] == cost_profile.chosen_scale(model, "auto")[0] == scale
+        assert cost_profile.chosen_scale(model, None)[0] == scale
+    assert second.calls == 0
+    assert cost_profile.chosen_scale(model, "declared")[0] == forward_cost.SCALES["cpu"]
+    assert cost_profile.chosen_scale(model, 100) == (100.0, "given by wedlm_forward_scale")
+
+
+def test_auto_without_a_stored_profile_is_the_declared_scale_and_measures_nothing(profiles):
+    model = wedlm_hf.enable(tiny_model("wedlm"))
+    with ForwardCounter(model) as counter:
+        scale, source = cost_profile.chosen_scale(model, "auto")
+    assert scale == forward_cost.SCALES["cpu"] and "declared" in source and counter.calls == 0
+    assert not profiles.exists()
+
+
+def test_a_profile_is_keyed_by_device_and_model():
+    small, wide = tiny_model("wedlm"), tiny_model("wedlm").to(torch.float64)
+    assert cost_profile.profile_key(small) != cost_profile.profile_key(wide)
+    assert cost_profile.profile_key(small) != cost_profile.profile_key(tiny_model("llama"))
+    assert cost_profile.profile_key(small).startswith(cost_profile.device_name(torch.device("cpu")))
+
+
+def test_the_profile_stays_within_its_time_budget_past_batch_one():
+    """A budget already spent by batch 1 measures batch 1 alone (the least a fit needs)."""
+    profile = cost_profile.measure_profile(tiny_model("wedlm"), budget_s=0.0)
+    assert {rows for rows, _, _ in profile["samples"]} == {1}
+
+
+def test_an_unreadable_profile_file_counts_as_none_and_the_next_store_rewrites_it(profiles):
+    profiles.parent.mkdir(parents=True)
+    profiles.write_text("{not json")
+    with pytest.warns(UserWarning, match="unreadable"):
+        assert forward_cost.stored_profile("key") is None
+    with pytest.warns(UserWarning, match="unreadable"):
+        forward_cost.store_profile("key", {"scale": 5.0})
+    assert forward_cost.stored_profile("key") == {"scale": 5.0}
+    assert [path.name for path in profiles.parent.iterdir()] == [profiles.name]  # no temporary file left
+
+
+def test_the_decoder_prices_with_the_stored_profile(profiles):
+    """A profile stored for this device and model decides like `wedlm_forward_scale` does: at batch 32 on a CPU
+    the declared scale runs greedy steps, a stored scale of an accelerator's size checks drafts; "declared"
+    ignores the profile. The output is greedy's every time."""
+    model = _constant_model()
+    input_ids, attention_mask = random_prompts([5 + i % 7 for i in range(32)], seed=1)
+    common = dict(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=24, eos_token_id=None)
+    lossless = dict(decoding="wedlm", wedlm_lossless=True, mask_token_id=MASK_ID, return_dict_in_generate=True)
+    forward_cost.store_profile(cost_profile.profile_key(model), {"scale": 100000.0, "measured": "then"})
+    greedy = model.generate(**common, decoding="ar")
+    stored = model.generate(**common, **lossless)
+    declared = model.generate(**common, **lossless, wedlm_forward_scale="declared")
+    assert torch.equal(stored.sequences, greedy) and torch.equal(declared.sequences, greedy)
+    assert stored.wedlm_stats.forwards[0] < 12 and declared.wedlm_stats.forwards[0] == 24
+
+
+@pytest.mark.parametrize("bad", ["fast", "Auto", 0, 0.5, -3, True, [24]])
+def test_a_bad_scale_setting_is_refused_by_name(bad):
+    model = _constant_model()
+    input_ids, attention_mask = random_prompts([4], seed=1)
+    with pytest.raises(ValueError, match=r"`wedlm_forward_scale` must be a number >= 1 or 'auto' or 'measure' or"):
+        model.generate(
+            input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=2, decoding="wedlm",
+            mask_token_id=MASK_ID, wedlm_forward_scale=bad,
+        )

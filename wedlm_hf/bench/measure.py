@@ -1,5 +1,6 @@
 """What a bench run measures besides time: model forwards, the tokens they fed and the time inside them, each arm's
-peak memory, the machine the numbers come from and the forward cost model that priced lossless mode's widths."""
+peak memory, the machine the numbers come from and the forward cost model that priced lossless mode's widths (and
+what a profile measured of it here)."""
 
 import platform
 import threading
@@ -9,6 +10,7 @@ import psutil
 import torch
 from transformers import PreTrainedModel
 
+from ..generation.cost_profile import BATCHES, WIDTHS, chosen_scale, device_name
 from ..generation.forward_cost import ForwardCost
 from ..generation.plain import window_loses_from
 from ..generation.settings import DEFAULT_WINDOW_SIZE
@@ -74,36 +76,39 @@ class RssSampler:
         return self.peak - self.start
 
 
-COST_BATCHES = (1, 8, 32)
-COST_WIDTHS = (1, 2, 4, 8, 17)
-"""Where `cost_model_info` prices a forward: batch sizes, and tokens per row (issue 47's table)."""
-
-
 def cost_model_info(model: PreTrainedModel) -> dict:
     """The forward cost model the model's device and generation config give lossless decoding
-    (`generation/forward_cost.py`): its scale, its table of a forward of `COST_WIDTHS` tokens per row as a multiple
-    of a one-token forward at `COST_BATCHES`, and from which batch size plain mode's window costs more than it
-    commits."""
+    (`generation/forward_cost.py`): the scale it prices with and where that came from (`cost_profile.chosen_scale`),
+    its table of a forward of `cost_profile.WIDTHS` tokens per row as a multiple of a one-token forward at
+    `cost_profile.BATCHES` beside the declared scale's, and from which batch size plain mode's window costs more
+    than it commits."""
     config = model.generation_config
-    cost = ForwardCost.declared(model.device.type, getattr(config, "wedlm_forward_scale", None))
+    scale, source = chosen_scale(model, getattr(config, "wedlm_forward_scale", None))
+    cost, declared = ForwardCost.declared(model.device.type, scale), ForwardCost.declared(model.device.type)
     window_size = getattr(config, "wedlm_window_size", None) or DEFAULT_WINDOW_SIZE
     return {
-        "device": model.device.type, "scale": cost.scale, "verify_share": cost.verify_share,
-        "widths": list(COST_WIDTHS), "relative": dict(cost.table(COST_BATCHES, COST_WIDTHS)),
+        "device": model.device.type, "scale": cost.scale, "source": source, "verify_share": cost.verify_share,
+        "widths": list(WIDTHS), "relative": dict(cost.table(BATCHES, WIDTHS)),
+        "declared_scale": declared.scale, "declared": dict(declared.table(BATCHES, WIDTHS)),
         "window_size": window_size, "plain_loses_from": window_loses_from(cost, window_size),
+    }
+
+
+def measured_cost_info(profile: dict) -> dict:
+    """What a profile (`cost_profile.measure_profile`) measured, for `cost_model_info`'s table: its fitted scale and
+    each measured batch size's forwards as a multiple of its one-token forward."""
+    seconds = {(rows, width): spent for rows, width, spent in profile["samples"]}
+    batches = sorted({rows for rows, _ in seconds})
+    return {
+        "measured_scale": profile["scale"],
+        "measured": {rows: [seconds[rows, width] / seconds[rows, 1] for width in WIDTHS] for rows in batches},
     }
 
 
 def machine_info() -> dict:
     """What the numbers were measured on."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
     return {
-        "cpu": cpu,
+        "cpu": device_name(torch.device("cpu")),
         "logical_cores": psutil.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "load_average": list(psutil.getloadavg()),

@@ -50,20 +50,30 @@ def markdown(result: BenchResult) -> str:
 
 
 def cost_model_markdown(cost: dict) -> str:
-    """The forward cost model's table (`measure.cost_model_info`): what lossless mode's widths were priced with."""
-    widths = cost["widths"]
-    plain = cost["plain_loses_from"]
+    """The forward cost model's table (`measure.cost_model_info`): what lossless mode's widths were priced with,
+    beside what a profile measured here (`measure.measured_cost_info`, where bench ran one) and the declared scale."""
+    widths, plain = cost["widths"], cost["plain_loses_from"]
+    measured = cost.get("measured") or {}
     lines = [
-        f"\n### forward cost model ({cost['device']}: scale {cost['scale']:g} tokens, verifying step's own work "
-        f"{cost['verify_share']:g} of the fixed part; generation/forward_cost.py)\n",
-        "a forward of n tokens per row as a multiple of a one-token forward at the same batch size, as the model "
-        "prices it; plain WeDLM's " + f"{cost['window_size']}-slot window "
+        f"\n### forward cost model ({cost['device']}: the decoder prices with scale {cost['scale']:g} tokens, "
+        f"{cost['source']}; declared {cost['declared_scale']:g}"
+        + (f"; this run's profile fits {cost['measured_scale']:g}" if measured else "")
+        + f"; a verifying step's own work {cost['verify_share']:g} of the fixed part; generation/forward_cost.py)\n",
+        "a forward of n tokens per row as a multiple of a one-token forward at the same batch size: "
+        + ("measured by this run's profile, " if measured else "")
+        + "as the decoder prices it and as the declared scale does; plain WeDLM's "
+        + f"{cost['window_size']}-slot window "
         + ("pays at every batch size" if plain is None else f"costs more than it commits from batch {plain}") + "\n",
-        "| tokens per row | " + " | ".join(str(width) for width in widths) + " |",
-        "|---|" + "---|" * len(widths),
+        "| batch | tokens per row | " + " | ".join(str(width) for width in widths) + " |",
+        "|---|---|" + "---|" * len(widths),
     ]
-    for rows, relative in cost["relative"].items():
-        lines.append(f"| batch {rows} | " + " | ".join(f"{value:.2f}" for value in relative) + " |")
+    for rows, priced in cost["relative"].items():
+        for label, relative in (
+            ("measured", measured.get(rows)), (f"priced (scale {cost['scale']:g})", priced),
+            (f"declared (scale {cost['declared_scale']:g})", cost["declared"][rows]),
+        ):
+            if relative is not None:
+                lines.append(f"| {rows} | {label} | " + " | ".join(f"{value:.2f}" for value in relative) + " |")
     return "\n".join(lines)
 
 

@@ -2,8 +2,10 @@
 (mask slots, prompt lookup, the engine's history of earlier requests) and the cache-free reference; with
 `--compile`, also compiled AR on transformers' static cache against WeDLM's compiled static-shape path.
 
-Prints a markdown table (tokens/s, forwards, tokens/forward, p_cache, peak RSS, agreement with AR) per prompt set
-and the time-vs-length table; optionally writes JSON and a PNG.
+Prints a markdown table (tokens/s, forwards, tokens/forward, p_cache, peak RSS, agreement with AR) per prompt set,
+the time-vs-length table and the forward cost model (a profile measured before the arms, beside the scale the
+decoder prices with and the declared one; `--store-forward-cost` makes the decoder use it); optionally writes JSON
+and a PNG.
 """
 
 import argparse
@@ -78,6 +80,12 @@ def register(parser: argparse.ArgumentParser) -> None:
                         f"--quick: {QUICK['json']})")
     parser.add_argument("--plot", default=None, metavar="PATH", help="write the two figures as PNG (default: none; "
                         f"--quick: {QUICK['plot']})")
+    parser.add_argument(
+        "--store-forward-cost", action="store_true",
+        help="store this run's forward cost profile (about a second of forwards, measured before the arms) for this "
+        "device and model, so that its arms and later calls price lossless mode's draft widths with it "
+        "(`wedlm_forward_scale='auto'`); without it the profile is only printed beside the scale the decoder uses",
+    )
     parser.add_argument("--no-progress", action="store_true")
     parser.set_defaults(run=run)
 
@@ -90,10 +98,13 @@ def apply_sizes(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..bench.measure import measured_cost_info
     from ..bench.models import load_model
     from ..bench.prompts import PROMPT_SETS, load_prompt_set, primed_prompts
     from ..bench.report import markdown, plot, write_json
     from ..bench.runner import BenchConfig, run_bench
+    from ..generation.cost_profile import measure_profile, profile_key
+    from ..generation.forward_cost import store_profile
 
     apply_sizes(args)
     if args.plot and importlib.util.find_spec("matplotlib") is None:
@@ -113,7 +124,11 @@ def run(args: argparse.Namespace) -> int:
         names = ["random"]
     prompt_sets = {name: load_prompt_set(name, args.num_prompts, tokenizer, vocab_size) for name in names}
     primed = {name: primed_prompts(name, args.num_prompts, tokenizer) for name in names}
+    profile = measure_profile(model)
+    if args.store_forward_cost:
+        store_profile(profile_key(model), profile)
     result = run_bench(model, prompt_sets, config, progress=not args.no_progress, primed=primed)
+    result.forward_cost |= measured_cost_info(profile)
     sys.stdout.write(markdown(result))
     if args.json:
         write_json(result, args.json)

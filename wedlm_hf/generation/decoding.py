@@ -11,7 +11,7 @@ forward backend (dynamic.py; with `wedlm_static`, a pool of fixed shapes after t
 the loop (loop.py: one host read per step) and returns the record's output. docs/architecture.md maps the modules.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
@@ -19,6 +19,7 @@ from transformers.generation.streamers import BaseStreamer
 from transformers.utils import logging
 
 from .attention import MASK_IMPLEMENTATIONS
+from .cost_profile import chosen_scale
 from .dynamic import DynamicBackend
 from .fill import SlotFiller
 from .forward_cost import ForwardCost
@@ -139,7 +140,8 @@ def prepare_decoding(
 ) -> DecodingSetup:
     """One decode's set-up, for `wedlm_decode` and continuous batching alike: the request checked, the settings
     resolved (`wedlm_keywords`, else the generation config, else defaults) and checked, the processors split from
-    the ids every forward suppresses, the window layout on `device`.
+    the ids every forward suppresses, the window layout on `device`, the cost model's scale chosen for the model's
+    device (`cost_profile.py`).
 
     `logits_processor` None means a caller outside `generate()`: the config's special tokens and processors are
     then prepared (in place) as `generate()` prepares them."""
@@ -151,6 +153,7 @@ def prepare_decoding(
     check_request(model, generation_config, model_kwargs or {}, synced_gpus)
     vocab_size = model.config.get_text_config().vocab_size
     settings = WeDLMSettings.resolve(generation_config, model.config, vocab_size, **wedlm_keywords)
+    settings = replace(settings, forward_scale=chosen_scale(model, settings.forward_scale)[0])
     processors, suppressed = window_processors(settings, generation_config, logits_processor)
     check_settings(settings, model, generation_config, processors)
     layout = WindowLayout.create(settings.mask_token_id, settings.window_size, device, suppressed)

@@ -28,7 +28,8 @@ KINDS = {"int": "an integer", "number": "a number", "str": "a string"}
 @dataclass(frozen=True)
 class Accepts:
     """What a value must be: a kind ('int', 'number', 'bool' or 'str'), an optional lower bound, whether None is
-    legal (and what it means), or a set of choices. Calling it checks a value; `parse` reads command-line text."""
+    legal (and what it means), and named choices (a 'str' option's only values; beside a number, legal too).
+    Calling it checks a value; `parse` reads command-line text."""
 
     kind: str
     minimum: float | None = None
@@ -39,8 +40,10 @@ class Accepts:
     def __call__(self, value: object) -> bool:
         if value is None:
             return self.none_means is not None
-        if self.choices:
-            return value in self.choices
+        if value in self.choices:
+            return True
+        if self.choices and self.kind == "str":
+            return False
         if isinstance(value, bool) or self.kind == "bool":
             return isinstance(value, bool) and self.kind == "bool"
         kind = {"int": Integral, "number": Real, "str": str}[self.kind]
@@ -49,12 +52,14 @@ class Accepts:
     def describe(self, spelling: str = "python") -> str:
         """The rule in words, spelling None, True and False as Python does, as JSON does (`"json"`) or as the
         command line reads them (`"cli"`: 'none')."""
-        if self.choices:
-            text = " or ".join(repr(choice) for choice in self.choices)
+        choices = " or ".join(repr(choice) for choice in self.choices)
+        if self.choices and self.kind == "str":
+            text = choices
         elif self.kind == "bool":
             text = "True or False" if spelling == "python" else "true or false"
         else:
             text = KINDS[self.kind] + ("" if self.minimum is None else f" >= {self.minimum:g}")
+            text += f" or {choices}" if choices else ""
         none = {"python": "None", "json": "null", "cli": "'none'"}[spelling]
         return text if self.none_means is None else f"{text}, or {none} for {self.none_means}"
 
@@ -63,6 +68,8 @@ class Accepts:
         the `Accepts` checks its bounds."""
         if self.none_means is not None and text.strip().lower() == "none":
             return None
+        if text.strip() in self.choices:
+            return text.strip()
         return {"int": int, "number": float, "str": str}[self.kind](text)
 
 
@@ -130,9 +137,13 @@ OPTIONS = (
         "lossless mode's drafts per forward: follow recent acceptance, or every slot of the window",
     ),
     WeDLMOption(
-        "wedlm_forward_scale", None, Accepts("number", minimum=1, none_means="the device type's declared scale"),
+        "wedlm_forward_scale", "auto",
+        Accepts("number", minimum=1, none_means="'auto'", choices=("auto", "measure", "declared")),
         "the cost model's scale: the tokens a forward carries for the price of its fixed part, which prices lossless "
-        "mode's draft width per batch size and plain mode's warning (generation/forward_cost.py)",
+        "mode's draft width per batch size and plain mode's warning (generation/forward_cost.py); 'auto': the "
+        "profile measured and stored for this device and model, else the declared scale; 'measure': the stored "
+        "profile, else one measured now (about a second) and stored; 'declared': the device type's declared scale "
+        "(generation/cost_profile.py)",
     ),
     WeDLMOption(
         "wedlm_prompt_lookup", False, Accepts("bool"),

@@ -34,8 +34,10 @@ class WeDLMSettings:
     blockwise: bool = False
     lossless: bool = False
     draft_schedule: str = "adaptive"
-    forward_scale: float | None = None
-    """The cost model's scale (`forward_cost.py`); None: the device type's declared one."""
+    forward_scale: float | str | None = None
+    """The cost model's scale (`forward_cost.py`): a number once `prepare_decoding` chose it for the model's device
+    (`cost_profile.chosen_scale`), which reads "auto", "measure" and "declared"; None (settings built without a
+    model): the device type's declared one."""
     prompt_lookup: bool = False
     """Lossless mode also drafts from the context (`lookup.py`), `prompt_lookup_tokens` after a match of the last
     `prompt_lookup_ngram` tokens, `prompt_lookup_matches` matches at once where a tree verifies them (`tree.py`)."""

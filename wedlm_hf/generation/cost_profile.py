@@ -1,0 +1,148 @@
+"""The forward cost model's scale (`forward_cost.py`) for one model on its device: measured by a short profile,
+stored per device and model, and chosen per call by `wedlm_forward_scale`.
+
+A profile times forwards of `WIDTHS` tokens per row after a cached context of `CONTEXT` tokens at `BATCHES` rows
+(medians of `REPEATS`, each after a warm-up forward, the device synchronized around each), stopping before a batch
+size that would run it past `BUDGET_S`, and fits the scale to them (`forward_cost.fitted_scale`).
+
+When it runs: only where asked, `wedlm_forward_scale="measure"` (the stored profile, else one measured now and
+stored) and `wedlm-hf bench` (which measures one to print it, and stores it with `--store-forward-cost`). The
+default, `"auto"`, prices with the profile stored for this device and model, else the declared scale, and never
+times anything: a call's draft widths (not its output, which is exact by construction) would otherwise hinge on
+timings taken while the machine was busy with something else, differing between processes and between a first
+call and the next. A stored profile is one measurement that every later process agrees on; delete its file (or
+set `WEDLM_HF_FORWARD_COST` elsewhere) to return to the declared scales.
+"""
+
+import functools
+import platform
+import statistics
+import time
+from datetime import datetime, timezone
+
+import torch
+import transformers
+from transformers import DynamicCache, PreTrainedModel
+
+from .forward_cost import declared_scale, fitted_scale, profile_path, store_profile, stored_profile
+from .transformers_version import CACHE_KEYWORD
+
+BATCHES = (1, 8, 32)
+WIDTHS = (1, 4, 16)
+CONTEXT = 32
+REPEATS = 3
+BUDGET_S = 1.5
+"""The profile's shapes and its time limit: batch 1 is always measured, a larger batch size only where the last
+one's forwards, scaled by its rows, still fit."""
+
+CHOICES = ("auto", "measure", "declared")
+"""`wedlm_forward_scale`'s named values (a number gives the scale itself; None is "auto")."""
+
+
+@functools.cache
+def device_name(device: torch.device) -> str:
+    """The device as a profile is keyed by: an accelerator's product name, a CPU's model name."""
+    if device.type == "cuda":
+        return f"cuda {torch.cuda.get_device_name(device)}"
+    if device.type != "cpu":
+        return device.type
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            return next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def model_fingerprint(model: PreTrainedModel) -> str:
+    """What a forward's cost depends on besides the device: the architecture's shape, dtype and attention."""
+    config = model.config.get_text_config()
+    return (
+        f"{type(config).__name__} hidden {config.hidden_size} layers {config.num_hidden_layers} heads "
+        f"{config.num_attention_heads} vocab {config.vocab_size} {model.dtype} "
+        f"{getattr(model.config, '_attn_implementation', None)}"
+    )
+
+
+def profile_key(model: PreTrainedModel) -> str:
+    """A stored profile's key: the device (a CPU's with the torch threads a forward runs on) and the model."""
+    device = device_name(model.device)
+    if model.device.type == "cpu":
+        device += f", {torch.get_num_threads()} threads"
+    return f"{device} | {model_fingerprint(model)}"
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def _batch_samples(model: PreTrainedModel, rows: int) -> list[tuple[int, int, float]]:
+    """(rows, width, median seconds) of a forward of each of `WIDTHS` tokens per row after `CONTEXT` cached ones,
+    the cache cropped back to the context after each."""
+    device, vocab_size = model.device, model.config.get_text_config().vocab_size
+    generator = torch.Generator().manual_seed(rows)
+    cache = DynamicCache()
+    context = torch.randint(vocab_size, (rows, CONTEXT), generator=generator).to(device)
+    model(input_ids=context, use_cache=True, logits_to_keep=1, **{CACHE_KEYWORD: cache})
+    samples = []
+    for width in WIDTHS:
+        inputs = dict(
+            input_ids=torch.randint(vocab_size, (rows, width), generator=generator).to(device),
+            attention_mask=torch.ones(rows, CONTEXT + width, dtype=torch.long, device=device),
+            position_ids=(CONTEXT + torch.arange(width, device=device)).expand(rows, -1),
+            use_cache=True, logits_to_keep=width, **{CACHE_KEYWORD: cache},
+        )
+        seconds = []
+        for _ in range(REPEATS + 1):  # the first: a warm-up
+            _synchronize(device)
+            start = time.perf_counter()
+            model(**inputs)
+            _synchronize(device)
+            seconds.append(time.perf_counter() - start)
+            cache.crop(-width)  # (transformers 5: a negative count of tokens to drop)
+        samples.append((rows, width, statistics.median(seconds[1:])))
+    return samples
+
+
+def measure_profile(model: PreTrainedModel, budget_s: float = BUDGET_S) -> dict:
+    """Time the model's forwards here and fit the scale: the profile `store_profile` keeps (its `samples` are
+    (rows, width, seconds))."""
+    started, samples, last = time.perf_counter(), [], None
+    for rows in BATCHES:
+        if last is not None:
+            last_rows, last_seconds = last
+            expected = (REPEATS + 1) * last_seconds * rows / last_rows
+            if time.perf_counter() - started + expected > budget_s:
+                break
+        measured = _batch_samples(model, rows)
+        samples += measured
+        last = rows, sum(seconds for _, _, seconds in measured)
+    return {
+        "scale": fitted_scale(samples), "samples": [list(sample) for sample in samples], "context": CONTEXT,
+        "measured": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
+
+
+def stored_or_measured(model: PreTrainedModel) -> dict:
+    """The profile stored for this device and model, else one measured now and stored."""
+    key = profile_key(model)
+    profile = stored_profile(key)
+    if profile is None:
+        profile = measure_profile(model)
+        store_profile(key, profile)
+    return profile
+
+
+def chosen_scale(model: PreTrainedModel, setting: float | str | None) -> tuple[float, str]:
+    """The scale a call with `wedlm_forward_scale=setting` prices with, and where it came from: the number given,
+    the profile stored for this device and model (measured first with "measure"), or the device type's declared
+    scale ("declared", or "auto" where no profile is stored)."""
+    if setting not in (None, *CHOICES):
+        return float(setting), "given by wedlm_forward_scale"
+    if setting != "declared":
+        profile = stored_or_measured(model) if setting == "measure" else stored_profile(profile_key(model))
+        if profile is not None:
+            return float(profile["scale"]), f"measured here on {profile['measured']} (stored in {profile_path()})"
+    return float(declared_scale(model.device.type)), f"declared for the device type ({model.device.type})"
