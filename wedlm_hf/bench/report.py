@@ -54,11 +54,14 @@ def cost_model_markdown(cost: dict) -> str:
     beside what a profile measured here (`measure.measured_cost_info`, where bench ran one) and the declared scale."""
     widths, plain = cost["widths"], cost["plain_loses_from"]
     measured = cost.get("measured") or {}
+    scales = [f"the decoder prices with scale {cost['scale']:g} tokens, {cost['source']}"]
+    if cost["scale"] != cost["declared_scale"]:
+        scales.append(f"declared {cost['declared_scale']:g}")
+    if measured:
+        scales.append(f"this run's profile fits {cost['measured_scale']:g}")
+    scales.append(f"a verifying step's own work {cost['verify_share']:g} of the fixed part")
     lines = [
-        f"\n### forward cost model ({cost['device']}: the decoder prices with scale {cost['scale']:g} tokens, "
-        f"{cost['source']}; declared {cost['declared_scale']:g}"
-        + (f"; this run's profile fits {cost['measured_scale']:g}" if measured else "")
-        + f"; a verifying step's own work {cost['verify_share']:g} of the fixed part; generation/forward_cost.py)\n",
+        f"\n### forward cost model ({cost['device']}: {'; '.join(scales)}; generation/forward_cost.py)\n",
         "a forward of n tokens per row as a multiple of a one-token forward at the same batch size: "
         + ("measured by this run's profile, " if measured else "")
         + "as the decoder prices it and as the declared scale does; plain WeDLM's "

@@ -2,8 +2,9 @@
 stored per device and model, and chosen per call by `wedlm_forward_scale`.
 
 A profile times forwards of `WIDTHS` tokens per row after a cached context of `CONTEXT` tokens at `BATCHES` rows
-(medians of `REPEATS`, each after a warm-up forward, the device synchronized around each), stopping before a batch
-size that would run it past `BUDGET_S`, and fits the scale to them (`forward_cost.fitted_scale`).
+(medians of `REPEATS` interleaved, each shape after a warm-up forward and the whole after an untimed pass at batch 1, the device
+synchronized around each), stopping before a batch size that would run it past `BUDGET_S`, and fits the scale to
+them (`forward_cost.fitted_scale`); on a 2-vCPU AMD EPYC, about a second for the embedded checkpoint.
 
 When it runs: only where asked, `wedlm_forward_scale="measure"` (the stored profile, else one measured now and
 stored) and `wedlm-hf bench` (which measures one to print it, and stores it with `--store-forward-cost`). The
@@ -30,10 +31,10 @@ from .transformers_version import CACHE_KEYWORD
 BATCHES = (1, 8, 32)
 WIDTHS = (1, 4, 16)
 CONTEXT = 32
-REPEATS = 3
-BUDGET_S = 1.5
-"""The profile's shapes and its time limit: batch 1 is always measured, a larger batch size only where the last
-one's forwards, scaled by its rows, still fit."""
+REPEATS = 5
+BUDGET_S = 2.0
+"""The profile's shapes and its time limit, a warm-up pass at batch 1 included: batch 1 is always measured, a
+larger batch size only where the last one's forwards, scaled by its rows, still fit."""
 
 CHOICES = ("auto", "measure", "declared")
 """`wedlm_forward_scale`'s named values (a number gives the scale itself; None is "auto")."""
@@ -79,36 +80,39 @@ def _synchronize(device: torch.device) -> None:
 @torch.inference_mode()
 def _batch_samples(model: PreTrainedModel, rows: int) -> list[tuple[int, int, float]]:
     """(rows, width, median seconds) of a forward of each of `WIDTHS` tokens per row after `CONTEXT` cached ones,
-    the cache cropped back to the context after each."""
+    the widths interleaved (a burst of other work on the machine slows all of them alike), the cache cropped back
+    to the context after each."""
     device, vocab_size = model.device, model.config.get_text_config().vocab_size
     generator = torch.Generator().manual_seed(rows)
     cache = DynamicCache()
     context = torch.randint(vocab_size, (rows, CONTEXT), generator=generator).to(device)
     model(input_ids=context, use_cache=True, logits_to_keep=1, **{CACHE_KEYWORD: cache})
-    samples = []
-    for width in WIDTHS:
-        inputs = dict(
+    inputs = {
+        width: dict(
             input_ids=torch.randint(vocab_size, (rows, width), generator=generator).to(device),
             attention_mask=torch.ones(rows, CONTEXT + width, dtype=torch.long, device=device),
             position_ids=(CONTEXT + torch.arange(width, device=device)).expand(rows, -1),
             use_cache=True, logits_to_keep=width, **{CACHE_KEYWORD: cache},
         )
-        seconds = []
-        for _ in range(REPEATS + 1):  # the first: a warm-up
+        for width in WIDTHS
+    }
+    seconds = {width: [] for width in WIDTHS}
+    for _ in range(REPEATS + 1):  # the first: a warm-up of each width
+        for width in WIDTHS:
             _synchronize(device)
             start = time.perf_counter()
-            model(**inputs)
+            model(**inputs[width])
             _synchronize(device)
-            seconds.append(time.perf_counter() - start)
+            seconds[width].append(time.perf_counter() - start)
             cache.crop(-width)  # (transformers 5: a negative count of tokens to drop)
-        samples.append((rows, width, statistics.median(seconds[1:])))
-    return samples
+    return [(rows, width, statistics.median(seconds[width][1:])) for width in WIDTHS]
 
 
 def measure_profile(model: PreTrainedModel, budget_s: float = BUDGET_S) -> dict:
     """Time the model's forwards here and fit the scale: the profile `store_profile` keeps (its `samples` are
     (rows, width, seconds))."""
     started, samples, last = time.perf_counter(), [], None
+    _batch_samples(model, BATCHES[0])  # discarded: a process's first forwards run slow (allocations, kernel choice)
     for rows in BATCHES:
         if last is not None:
             last_rows, last_seconds = last
@@ -145,4 +149,4 @@ def chosen_scale(model: PreTrainedModel, setting: float | str | None) -> tuple[f
         profile = stored_or_measured(model) if setting == "measure" else stored_profile(profile_key(model))
         if profile is not None:
             return float(profile["scale"]), f"measured here on {profile['measured']} (stored in {profile_path()})"
-    return float(declared_scale(model.device.type)), f"declared for the device type ({model.device.type})"
+    return float(declared_scale(model.device.type)), f"declared for {model.device.type}"
