@@ -1,4 +1,4 @@
-"""Lossless mode's per-row draft counters and flags, and the one error a row's decoding can raise in it."""
+"""Lossless mode's per-row draft counters and mask check, and the one error a row's decoding can raise in it."""
 
 from dataclasses import dataclass
 
@@ -26,7 +26,3 @@ class DraftState(PerRow):
     """Counters: drafts checked, drafts accepted, forwards that corrected a draft."""
     mask_predicted: torch.Tensor
     """A row whose next token was the mask id (reported at the next sync: lossless cannot go on)."""
-    from_lookup: torch.Tensor
-    lookup_ok: torch.Tensor
-    """Prompt lookup: whether the row's drafts came from the context (the adaptive limit ignores those), and
-    whether its last lookup drafts were not all rejected."""

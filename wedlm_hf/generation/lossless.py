@@ -19,27 +19,35 @@ New drafts come only from predictions that saw verified tokens: after a correcti
 the next forward, which predicts its masks from the corrected prefix. (Drafting from the same forward would use
 predictions conditioned on the rejected token, and a rejected slot's logits predict the slot after it; on the
 embedded checkpoint's counting prompts, drafting at threshold 1.0, that gave 6.5 tokens per forward, not 10.3.)
+
+The policy only coordinates parts, each asked at a fixed point of the step: plan -> forward -> check
+(`verification.py`: one `Verdict`) -> commit (here) -> schedule (`draft_schedule.py`) -> draft (`draft_source.py`:
+the window's mask predictions, then prompt lookup, `lookup_drafts.py`, or any other source handed in).
 """
 
 import torch
 
 from .draft_schedule import DraftSchedule
+from .draft_source import AfterCommit, DraftSource, MaskPredictions
 from .draft_state import DraftState, MaskTokenPredicted
 from .fill import SlotFiller, gather_columns
-from .record import OutputRecord
 from .lookup import PromptLookup
-from .tree import Branch, plan_fields, verify as verify_tree
-from .verify import Verifier, greedy_accept
+from .lookup_drafts import LookupBranches, LookupChain
+from .record import OutputRecord
+from .tree import plan_fields
+from .verification import ChainCheck, TreeCheck, Verdict
+from .verify import Verifier
 from .window import Forward, Kept, StepPlan, Updates, WindowLayout, WindowState, leading_filled, shift
+
 
 class LosslessPolicy:
     """AR decoding by verification. Per row, `draft_limit` bounds the drafts a forward checks: a window of
     `draft_limit + 2` slots, as `wedlm_draft_schedule="adaptive"` sets it (`draft_schedule.py`); `"full"` drafts
-    every slot of a `window_size` window, always. With prompt lookup (`lookup.py`), a row whose slot after the
-    certain token holds no mask prediction takes the context's continuation there, whatever its `draft_limit`:
+    every slot of a `window_size` window, always. With prompt lookup (`lookup_drafts.py`), a row whose slot after
+    the certain token holds no mask prediction takes the context's continuation there, whatever its `draft_limit`:
     such a draft costs no forward of its own; before the first forward, every row with a match takes it in slots 0
     on (the prefill verifies them). With `tree`, every later step verifies each row's lookup drafts beside its
-    window's (`tree.py`).
+    window's (`tree.py`). `sources` are further draft sources, asked after prompt lookup.
     """
 
     counter_names = ("drafted", "accepted", "corrected")
@@ -47,35 +55,44 @@ class LosslessPolicy:
     def __init__(
         self, layout: WindowLayout, record: OutputRecord, filler: SlotFiller, state: WindowState, adaptive: bool,
         verifier: Verifier, lookup: PromptLookup | None = None, trained: bool = True, tree: bool = False,
+        sources: tuple[DraftSource, ...] = (),
     ):
-        self.layout, self.record, self.filler, self.adaptive = layout, record, filler, adaptive
-        self.verifier, self.lookup, self.trained, length = verifier, lookup, trained, state.length
+        self.layout, self.record, self.trained, length = layout, record, trained, state.length
         self.drafts = DraftState(
             drafted=torch.zeros_like(length), accepted=torch.zeros_like(length), corrected=torch.zeros_like(length),
-            mask_predicted=torch.zeros_like(state.done), from_lookup=torch.zeros_like(state.done),
-            lookup_ok=torch.ones_like(state.done),
+            mask_predicted=torch.zeros_like(state.done),
         )
-        self.branch = Branch.empty(length, lookup.matches, lookup.slots(layout)) if tree and lookup else None
-        """With trees: each row's lookup branches (`PromptLookup.matches` of them), verified beside its window."""
-        self.schedule = DraftSchedule.starting(state.generated, trained, filler.settings, record.sampling)
-        """The adaptive schedule's row state (with `"full"`, only its `most` is read)."""
+        self.schedule = DraftSchedule.starting(state.generated, trained, filler.settings, record.sampling) \
+            if adaptive else None
+        """The adaptive schedule's row state (None: `"full"`, every window `window_size` slots)."""
+        self.predictions = MaskPredictions(layout, filler)
+        """The window's own drafts, drawn before the schedule (which weighs them)."""
+        branches = LookupBranches(lookup, record, layout, state) if tree and lookup else None
+        lookups = [] if lookup is None else [branches or LookupChain(lookup, record, layout, state, self.schedule)]
+        self.sources: tuple[DraftSource, ...] = (*lookups, *sources)
+        """The sources asked after the schedule, in order."""
+        self.branch = None if branches is None else branches.branch
+        """With trees: each row's lookup branches, verified beside its window."""
+        first_drafts = max((source.first_slots for source in self.sources), default=0)
+        self.check = ChainCheck(verifier, layout, first_drafts) if branches is None \
+            else TreeCheck(verifier, layout, first_drafts, self.branch)
         self.draft_probs: torch.Tensor | None = None
         """Sampling: (rows, window_size, vocab) the distribution q each draft was drawn from (drafts live in the
         first `window_size` slots), allocated at the first forward."""
         self.started = False
         """Whether the first forward ran: it has no certain token yet, only the prompt's AR prediction."""
         self.certain_only = False
-        """Whether every window is its certain token then masks (as an AR-only forward leaves it without lookup)."""
+        """Whether every window is its certain token then masks (an AR-only forward leaves it so, with no source
+        that drafts from the context)."""
         self._limit_window(state)
 
     def plan(self, state: WindowState) -> StepPlan:
-        if not self.started:  # prompt lookup drafts from the prompt (slots 0 on), checked by the first forward too
-            if self.lookup is not None:
-                rows = ~state.done
-                self.drafts.from_lookup = self.lookup.draft(self.record, state, self.layout, rows, None, prefill=True)
+        if not self.started:  # the sources draft from the prompt (slots 0 on), checked by the first forward too
+            for source in self.sources:
+                source.first(state)
             filled, leading = leading_filled(state, self.layout)
             length = torch.minimum(state.length + leading, state.max_new_tokens - state.generated)
-            return StepPlan(length, state.generated, filled, leading, all_columns=self.lookup is not None,
+            return StepPlan(length, state.generated, filled, leading, all_columns=self.check.first_drafts > 0,
                             **plan_fields(self.branch))
         # 1. the certain token is committed now (its K/V come from the forward below); 2. one forward: next-token
         #    logits at the certain token and at every leading draft, plus as many extra mask slots as there are
@@ -98,101 +115,72 @@ class LosslessPolicy:
             raise MaskTokenPredicted(rows[predicted].tolist())
 
     def update(self, state: WindowState, plan: StepPlan, forward: Forward) -> Kept:
-        """Verify, commit and draft from this forward; returns the K/V per row the cache keeps."""
+        """Check, commit, schedule and draft from this forward; returns the K/V per row the cache keeps."""
         if not self.started:
             return self._first_update(state, plan, forward)
         if forward.fed == 1 and not state.scores.kinds and forward.branch_logits is None:
             return self._ar_only_update(state, plan, forward)
         self.certain_only = False
-        window_size, drafts, logits, fed = self.layout.window_size, plan.leading - 1, forward.logits, forward.fed
-        slots, verifier = self.layout.slots, self.verifier
-        ar_columns = forward.physical[:, :window_size].clamp(max=fed - 1)  # the certain token's and each draft's
-        draft_tokens = state.window[:, 1:window_size]
-        raw = scores = gather_columns(logits, ar_columns) if verifier.needs_scores or state.scores.kinds else None
-        chosen = None if verifier.needs_scores else logits.argmax(-1).gather(1, ar_columns)
-        draft_probs = None if self.draft_probs is None else self.draft_probs[:, 1:window_size]
-        if verifier.needs_scores:
-            scores = verifier.scores(state, raw, plan.leading)
-        took = branch_columns = None
-        if forward.branch_logits is not None:  # a tree: the window's drafts, or the branch from where it leaves them
-            accepted, took, committed, next_certain, branch_columns = verify_tree(
-                verifier, state, scores, chosen, draft_tokens, drafts, draft_probs, self.branch, forward.branch_logits,
-                window_size,
-            )
-        elif verifier.needs_scores:
-            accepted, next_certain = verifier.verify(scores, draft_tokens, drafts, draft_probs, state)
-        else:
-            accepted, next_certain = greedy_accept(chosen, draft_tokens, slots[:, : window_size - 1] < drafts[:, None])
-        committed = accepted if took is None else committed
-        # 3. commit the accepted drafts (their K/V are this forward's), then the verified token becomes certain (an
-        #    AR-only forward, one column per row, verified no drafts: nothing to commit)
-        checked, commit = drafts if took is None else drafts + plan.branch_count.sum(1), fed > 1 or took is not None
-        slot_physical, corrected = self._commit_verified(
-            state, plan, forward, 1, checked, committed, accepted, next_certain, raw, scores, commit
-        )
-        # 4. new drafts from this forward's mask predictions; after a correction every one of them saw the rejected
-        #    draft (and a rejected slot's logits predict the slot after it), so those rows draft in the next forward;
-        #    only mask slots fill, and their logits are the last `mask_columns` (none in an AR-only forward)
-        masks = forward.mask_columns
+        verdict = self.check.after(state, plan, forward, self.draft_probs)
+        slot_physical, corrected = self._commit(state, plan, forward, verdict)
+        # new drafts from this forward's mask predictions, whose logits are the last `mask_columns`
+        fed, masks = forward.fed, forward.mask_columns
+        after = AfterCommit(verdict.accepted, corrected, self.draft_probs)
         if masks:
-            fillable = self._fillable(state) & ~corrected[:, None]
-            self.filler.fill(state, logits[:, fed - masks :], slot_physical - (fed - masks), fillable, self.draft_probs)
-        if self.adaptive and fed == 1:  # no window checked a draft (a tree's were its branches'): the tries alone
+            after.logits, after.slot_physical = forward.logits[:, fed - masks :], slot_physical - (fed - masks)
+        self.predictions.draft(state, after)
+        if self.schedule is not None and fed == 1:  # no window checked a draft (a tree's were its branches')
             self.schedule.probe(self.schedule.draft_limit, state.generated)
-        elif self.adaptive:  # with prompt lookup, the limit follows the mask predictions' drafts only
-            mask_drafted = ~self.drafts.from_lookup if self.lookup is not None else torch.ones_like(corrected)
-            checked = (drafts * mask_drafted, accepted * mask_drafted, corrected & mask_drafted)
+        elif self.schedule is not None:  # the limit follows the mask predictions' drafts only
+            checked = verdict.drafts, verdict.accepted, corrected
+            in_chain = self._from_sources()
+            if in_chain is not None:
+                mask_drafted = ~in_chain
+                checked = (checked[0] * mask_drafted, checked[1] * mask_drafted, checked[2] & mask_drafted)
             self.schedule.adapt(*checked, state.generated, self.drafts.accepted)
         self._limit_window(state)
-        self._draft_from_context(state)
-        return Kept(1 + committed, branch_columns)
+        self._draft_from_sources(state, after)
+        return Kept(1 + verdict.committed, verdict.branch_columns)
 
     def _first_update(self, state: WindowState, plan: StepPlan, forward: Forward) -> Kept:
         """`update` after the first forward, which has no certain token yet: the prompt's AR prediction decides, at
-        the prompt lookup drafts of slots 0 on (`plan.leading` per row) first; the accepted ones are committed (their
-        K/V kept), the token after them becomes certain, and the mask predictions fill the slots after it unless a
-        draft failed (they saw it). Rows with no drafts commit nothing here: slot 0 gets the prompt's prediction."""
-        self.started, layout, logits = True, self.layout, forward.logits
-        if self.verifier.do_sample:
-            shape = (state.window.shape[0], layout.window_size, logits.shape[-1])
-            self.draft_probs = torch.zeros(shape, device=logits.device)
-        size = 0 if self.lookup is None else self.lookup.slots(layout)
-        columns = forward.physical[:, :size].clamp(0, forward.fed - 1)
-        raw = torch.cat([forward.prompt_logits[:, None], gather_columns(logits, columns)], 1)
-        drafts = plan.leading
-        accepted, next_certain, scores = self.verifier.prefill(state, raw, state.window[:, :size], drafts)
-        slot_physical, corrected = self._commit_verified(
-            state, plan, forward, 0, drafts, accepted, accepted, next_certain, raw, scores, commit=size > 0
-        )
-        fillable = self._fillable(state) & ~corrected[:, None]
-        entropy = self.filler.fill(state, logits, slot_physical, fillable, self.draft_probs, with_entropy=self.adaptive)
-        greedy = self.verifier.greedy_rows(state)  # (sampled drafts pass by p/q: no cut for those)
-        if self.adaptive and self.trained and greedy is not None and entropy is not None:
-            self.schedule.first_window(entropy[:, 1:], self.filler.settings.entropy_threshold, greedy & ~corrected)
+        the sources' drafts of slots 0 on first; the accepted ones are committed (their K/V kept), the token after
+        them becomes certain, and the mask predictions fill the slots after it unless a draft failed (they saw
+        it). Rows with no drafts commit nothing here: slot 0 gets the prompt's prediction."""
+        self.started, verifier = True, self.check.verifier
+        if verifier.do_sample:
+            shape = (state.window.shape[0], self.layout.window_size, forward.logits.shape[-1])
+            self.draft_probs = torch.zeros(shape, device=forward.logits.device)
+        verdict = self.check.first(state, plan, forward)
+        slot_physical, corrected = self._commit(state, plan, forward, verdict)
+        after = AfterCommit(verdict.accepted, corrected, self.draft_probs, forward.logits, slot_physical,
+                            with_entropy=self.schedule is not None)
+        self.predictions.draft(state, after)
+        greedy = verifier.greedy_rows(state)  # (sampled drafts pass by p/q: no cut for those)
+        if self.schedule is not None and self.trained and greedy is not None and after.entropy is not None:
+            self.schedule.first_window(after.entropy[:, 1:], self.predictions.filler.settings.entropy_threshold,
+                                       greedy & ~corrected)
         self._limit_window(state)
-        self._draft_from_context(state)
-        return Kept(accepted)
+        self._draft_from_sources(state, after)
+        return Kept(verdict.accepted)
 
-    def _commit_verified(
-        self, state: WindowState, plan: StepPlan, forward: Forward, start: int, checked: torch.Tensor,
-        committed: torch.Tensor, accepted: torch.Tensor, next_certain: torch.Tensor, raw: torch.Tensor | None,
-        scores: torch.Tensor | None, commit: bool,
+    def _commit(
+        self, state: WindowState, plan: StepPlan, forward: Forward, verdict: Verdict
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """After verifying `checked` drafts per row: the `committed` slots from `start` on (`accepted` of them the
-        window's own) go to the output (if `commit`), each with the logits and scores (`raw`, `scores`: (rows,
-        n + 1, vocab), from the position before slot `start`) of the position before it; the window moves past
-        them, a row that rejected a draft returns its drafts to MASK, and `next_certain` becomes the certain token.
-        Returns each slot's fed column after the move, and which rows rejected a draft (a row whose branch extends
-        all its drafts keeps the predictions past it)."""
+        """The verdict applied: the committed slots from `verdict.start` on go to the output, each with the logits
+        and scores of the position before it; the window moves past them, a row that rejected a draft returns its
+        drafts to MASK, and the next certain token takes slot 0. Returns each slot's fed column after the move, and
+        which rows rejected a draft (a row whose branch extends all its drafts keeps the predictions past it)."""
+        start, committed, accepted, raw, scores = (
+            verdict.start, verdict.committed, verdict.accepted, verdict.raw, verdict.scores
+        )
         counts, corrected = self.drafts, accepted < plan.leading - start  # (the drafts from slot `start` on)
-        counts.drafted, counts.accepted = counts.drafted + checked, counts.accepted + committed
+        counts.drafted, counts.accepted = counts.drafted + verdict.checked, counts.accepted + committed
         counts.corrected = counts.corrected + corrected
-        if self.lookup is not None and self.branch is None:  # (read only where lookup drafts the window's chain)
-            counts.lookup_ok = ~counts.from_lookup | (accepted > 0)
         if state.scores.kinds:
             width = raw.shape[1] - 1
             state.scores.place(slice(start, start + width), raw[:, :width], scores[:, :width])
-        if commit:
+        if verdict.commit:
             state.done |= self.record.commit(state, committed, start=start)
         certain = [None if values is None else gather_columns(values, accepted[:, None]) for values in (raw, scores)]
         slot_physical = shift(state, self.layout, start + committed, plan.length, forward.physical)
@@ -201,7 +189,7 @@ class LosslessPolicy:
             source = source.clamp(max=self.draft_probs.shape[1] - 1)[..., None].expand_as(self.draft_probs)
             self.draft_probs = self.draft_probs.gather(1, source)
         state.window = state.window.masked_fill(corrected[:, None] & (self.layout.slots >= 1), self.layout.mask_id)
-        self._place_certain(state, next_certain, *certain)
+        self._place_certain(state, verdict.next_certain, *certain)
         return slot_physical, corrected
 
     def _ar_only_update(self, state: WindowState, plan: StepPlan, forward: Forward) -> Kept:
@@ -210,50 +198,27 @@ class LosslessPolicy:
         distributions are never read); nothing to verify, count, fill or shift. The general path's result in far
         fewer ops: most lossless forwards are of this kind where drafts fail."""
         one = self.layout.slot_zero_only(plan.length.shape[0])[1]
-        if self.verifier.needs_scores:
-            scores = self.verifier.scores(state, forward.logits[:, :1], one)
-            next_certain = self.verifier.next_tokens(scores, state)[:, 0]
-        else:
-            next_certain = forward.logits[:, 0].argmax(-1)
-        self._place_certain(state, next_certain, None, None)
-        if self.adaptive:
+        self._place_certain(state, self.check.next_certain(state, forward, one), None, None)
+        if self.schedule is not None:
             self.schedule.probe(self.schedule.draft_limit, state.generated)
         state.length = self._window_length(state)  # at least 1: a row with no budget left ended at the commit
-        self.certain_only = self.lookup is None  # (prompt lookup may draft after the certain token now)
-        self._draft_from_context(state)
+        self.certain_only = not self.sources  # (a source may draft after the certain token now)
+        self._draft_from_sources(state, AfterCommit(None, None, self.draft_probs))
         return Kept(one)
 
-    def _draft_from_context(self, state: WindowState) -> None:
-        """Prompt lookup drafts the slots after the certain token in rows whose mask predictions drafted nothing
-        there and whose mask drafts are off: adaptive, rows at zero drafts (a row whose limit was only cut keeps its
-        mask drafts: on the embedded checkpoint's counting prompts lookup there cost 10.0 -> 7.2 tokens per
-        forward); `"full"`, unless the row's last lookup drafts all failed (the sources then take turns): a failed
-        lookup draft costs a row whose mask drafts pass the forward predicting its next ones. With trees, every
-        row's lookup drafts become its branch instead (not under penalties, whose scores a branch would need along
-        its own prefix): a failed branch costs its columns, not the window's predictions."""
-        if self.lookup is None:
-            return
-        rows = self.drafts
-        if self.branch is not None:
-            rows.from_lookup = torch.zeros_like(rows.from_lookup)  # (the window's drafts are the mask slots' now)
-            found = self.lookup.continuation(self.record, state)
-            if found is None:
-                self.branch.count = torch.zeros_like(self.branch.count)
-                return
-            tokens, count = found
-            penalised = None if self.record.sampling is None else self.record.sampling.penalised
-            if penalised is not None:
-                count = count.masked_fill(penalised[state.rows, None], 0)
-            room = torch.clamp(state.max_new_tokens - state.generated, max=self.layout.window_size)
-            self.branch.propose(state.window, self.layout.mask_id, tokens, count, room)
-            return
-        eligible = state.window[:, 1] == self.layout.mask_id
-        eligible &= self.schedule.draft_limit == 0 if self.adaptive else rows.lookup_ok
-        rows.from_lookup = self.lookup.draft(self.record, state, self.layout, eligible, self.draft_probs)
+    def _draft_from_sources(self, state: WindowState, after: AfterCommit) -> None:
+        """Every source after the schedule drafts, in order, into what the window leaves empty."""
+        for source in self.sources:
+            source.draft(state, after)
 
-    def _fillable(self, state: WindowState) -> torch.Tensor:
-        window_size = self.layout.window_size
-        return (state.window[:, :window_size] == self.layout.mask_id) & (self.layout.slots[:, :window_size] >= 1)
+    def _from_sources(self) -> torch.Tensor | None:
+        """Rows whose window drafts a source other than the mask predictions placed (None: no source can)."""
+        rows = [source.in_chain for source in self.sources if source.in_chain is not None]
+        if not rows:
+            return None
+        for more in rows[1:]:
+            rows[0] = rows[0] | more
+        return rows[0]
 
     def _place_certain(
         self, state: WindowState, tokens: torch.Tensor, logits: torch.Tensor | None, scores: torch.Tensor | None
@@ -267,7 +232,7 @@ class LosslessPolicy:
 
     def _window_length(self, state: WindowState) -> torch.Tensor:
         budget = state.max_new_tokens - state.generated
-        if self.adaptive:
+        if self.schedule is not None:
             return self.schedule.window_length(budget, self.layout.window_size)
         return budget.clamp(max=self.layout.window_size)
 
@@ -277,10 +242,9 @@ class LosslessPolicy:
         state.window = state.window.masked_fill(self.layout.slots >= state.length[:, None], self.layout.mask_id)
 
     def select_rows(self, index: torch.Tensor) -> None:
-        self.drafts.select(index)
-        self.schedule.select(index)
-        if self.branch is not None:
-            self.branch.select(index)
+        for part in (self.drafts, self.schedule, *self.sources):
+            if part is not None:
+                part.select(index)
         if self.draft_probs is not None:
             self.draft_probs = self.draft_probs[index]
 
@@ -290,10 +254,11 @@ class LosslessPolicy:
         if other.draft_probs is not None:
             mine = self.draft_probs if self.draft_probs is not None else other.draft_probs[:0]
             draft_probs = torch.cat([mine, other.draft_probs])
-        branch = [] if self.branch is None else [(self.branch, self.branch.joined(other.branch))]
+        schedule = [] if self.schedule is None else [(self.schedule, self.schedule.joined(other.schedule))]
+        sources = [update for mine, theirs in zip(self.sources, other.sources) for update in mine.joined(theirs)]
         return [
-            (self.drafts, self.drafts.joined(other.drafts)), (self.schedule, self.schedule.joined(other.schedule)),
-            *branch, (self, {"draft_probs": draft_probs, "started": True, "certain_only": False}),
+            (self.drafts, self.drafts.joined(other.drafts)), *schedule, *sources,
+            (self, {"draft_probs": draft_probs, "started": True, "certain_only": False}),
         ]
 
     def counters(self) -> dict[str, torch.Tensor]:
