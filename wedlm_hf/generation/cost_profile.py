@@ -34,7 +34,7 @@ CONTEXT = 32
 REPEATS = 5
 BUDGET_S = 2.0
 """The profile's shapes and its time limit, a warm-up pass at batch 1 included: batch 1 is always measured, a
-larger batch size only where the last one's forwards, scaled by its rows, still fit."""
+larger batch size only where its forwards, priced by the model fitted to those measured before, still fit."""
 
 CHOICES = ("auto", "measure", "declared")
 """`wedlm_forward_scale`'s named values (a number gives the scale itself; None is "auto")."""
@@ -108,20 +108,22 @@ def _batch_samples(model: PreTrainedModel, rows: int) -> list[tuple[int, int, fl
     return [(rows, width, statistics.median(seconds[width][1:])) for width in WIDTHS]
 
 
+def _expected_seconds(samples: list[tuple[int, int, float]], rows: int) -> float:
+    """What `_batch_samples` at `rows` rows will take, by the cost model fitted to the `samples` so far."""
+    scale = fitted_scale(samples)
+    per_token = statistics.mean(seconds / (scale + done * width) for done, width, seconds in samples)
+    return (REPEATS + 1) * per_token * sum(scale + rows * width for width in WIDTHS)
+
+
 def measure_profile(model: PreTrainedModel, budget_s: float = BUDGET_S) -> dict:
     """Time the model's forwards here and fit the scale: the profile `store_profile` keeps (its `samples` are
     (rows, width, seconds))."""
-    started, samples, last = time.perf_counter(), [], None
+    started, samples = time.perf_counter(), []
     _batch_samples(model, BATCHES[0])  # discarded: a process's first forwards run slow (allocations, kernel choice)
     for rows in BATCHES:
-        if last is not None:
-            last_rows, last_seconds = last
-            expected = (REPEATS + 1) * last_seconds * rows / last_rows
-            if time.perf_counter() - started + expected > budget_s:
-                break
-        measured = _batch_samples(model, rows)
-        samples += measured
-        last = rows, sum(seconds for _, _, seconds in measured)
+        if samples and time.perf_counter() - started + _expected_seconds(samples, rows) > budget_s:
+            break
+        samples += _batch_samples(model, rows)
     return {
         "scale": fitted_scale(samples), "samples": [list(sample) for sample in samples], "context": CONTEXT,
         "measured": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "torch": torch.__version__,
