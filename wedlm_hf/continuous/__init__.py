@@ -5,7 +5,9 @@ for Python callers, and the generate manager `wedlm-hf serve --continuous-batchi
 from .admission import AdmissionPolicy, FirstComeFirstServed
 from .requests import GenerationRequest, RequestResult, RequestUpdate
 from .scheduler import WeDLMScheduler
+from .sequence import Sequence
 
 __all__ = [
-    "AdmissionPolicy", "FirstComeFirstServed", "GenerationRequest", "RequestResult", "RequestUpdate", "WeDLMScheduler"
+    "AdmissionPolicy", "FirstComeFirstServed", "GenerationRequest", "RequestResult", "RequestUpdate", "Sequence",
+    "WeDLMScheduler",
 ]

@@ -4,10 +4,10 @@ built by `prepare_decoding` as `wedlm_decode` builds its own. Sampling is each r
 output record: temperature, top-k/p, min-p, penalties, seed), the config's sampling being the default of a
 request that brings none.
 
-It knows rows, not requests (`RunningRequests`, running.py, maps one to the other): an admitted group is decoded through its first
-step (prompt and first window) in a batch of its own, as `generate` decodes it, then joins (`DecodeLoop.join`);
-the first group into an idle batch becomes the loop, and the loop is dropped once its last row is forgotten, so
-the batch only ever holds rows that decode.
+It knows rows, not requests (`RunningRequests`, running.py, maps one to the other): an admitted group is decoded
+through its first step (prompt and first window) in a batch of its own, as `generate` decodes it, then joins
+(`DecodeLoop.join`); the first group into an idle batch becomes the loop, and the loop is dropped once its last
+row is forgotten, so the batch only ever holds rows that decode.
 
 The K/V of the running rows live in a pool of fixed-size blocks (generation/pool.py, kv_blocks.py): a row holds
 blocks for the positions it has reached, a joining row's K/V are copied into free blocks and nothing else moves,

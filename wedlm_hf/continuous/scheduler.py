@@ -6,8 +6,9 @@ row is free, `max_batch_size`, and its tokens fit, `max_batch_tokens`: prompt pl
 batch) starts it. Each step is admit -> prefill and join -> advance -> report, as a small inference engine's:
 the scheduler keeps the queue and the cancellations, each running request is one record (`Sequence`, sequence.py:
 prompt, budget, sampling, stop strings, its row and blocks, the tokens reported), the running batch (batch.py)
-keeps the rows, and `RunningRequests` (running.py) is the one place records and rows join and leave together. Admitted requests are decoded through their first step in a
-batch of their own, then join the running batch; a request that ended is reported, then its row is forgotten.
+keeps the rows, and `RunningRequests` (running.py) is the one place records and rows join and leave together.
+Admitted requests are decoded through their first step in a batch of their own, then join the running batch; a
+request that ended is reported, then its row is forgotten.
 Every row keeps its own positions, window, budget and stopping criteria, so its output is what a `generate` call
 of its own produces (greedy and lossless; batched rows differ from lone ones only where floating-point sums over a
 wider, padded batch flip a near-tie, as in batched `generate`).
