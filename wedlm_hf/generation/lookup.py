@@ -1,7 +1,7 @@
 """Drafts from the context (prompt lookup): where the row's last n tokens occurred before, in its prompt or its
 output, the tokens that followed them there are likely to follow again (editing code, quoting a document).
 
-Lossless mode verifies these drafts like any other (`lossless.py`), from the first forward on: before it, the
+Lossless mode verifies these drafts like any other (`lookup_drafts.py`), from the first forward on: before it, the
 prompt's last n-gram drafts the first window, as transformers' prompt lookup proposes candidates in its first
 forward. Under sampling a lookup draft is a proposal of probability 1 (q is one-hot), which speculative sampling
 accepts with probability p(token). One search serves every row and every n-gram size: at each column of the ids

@@ -22,7 +22,7 @@ columns.
 
 A tree needs a 4D mask (SDPA or eager attention, not FlashAttention), forwards of free width (not
 `wedlm_static`) and processed scores that do not read the prefix (no logits processors, penalties or kept
-scores): elsewhere prompt lookup drafts the window's own chain (`lossless.py`).
+scores): elsewhere prompt lookup drafts the window's own chain (`lookup_drafts.py`).
 """
 
 from dataclasses import dataclass
