@@ -57,9 +57,10 @@ def device_name(device: torch.device) -> str:
 def model_fingerprint(model: PreTrainedModel) -> str:
     """What a forward's cost depends on besides the device: the architecture's shape, dtype and attention."""
     config = model.config.get_text_config()
+    shape = {name: getattr(config, name, None) for name in ("hidden_size", "num_hidden_layers", "num_attention_heads")}
     return (
-        f"{type(config).__name__} hidden {config.hidden_size} layers {config.num_hidden_layers} heads "
-        f"{config.num_attention_heads} vocab {config.vocab_size} {model.dtype} "
+        f"{type(config).__name__} hidden {shape['hidden_size']} layers {shape['num_hidden_layers']} heads "
+        f"{shape['num_attention_heads']} vocab {config.vocab_size} {model.dtype} "
         f"{getattr(model.config, '_attn_implementation', None)}"
     )
 
