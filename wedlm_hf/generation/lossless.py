@@ -62,8 +62,9 @@ class LosslessPolicy:
             drafted=torch.zeros_like(length), accepted=torch.zeros_like(length), corrected=torch.zeros_like(length),
             mask_predicted=torch.zeros_like(state.done),
         )
-        self.schedule = DraftSchedule.starting(state.generated, trained, filler.settings, record.sampling) \
-            if adaptive else None
+        self.schedule = (
+            DraftSchedule.starting(state.generated, trained, filler.settings, record.sampling) if adaptive else None
+        )
         """The adaptive schedule's row state (None: `"full"`, every window `window_size` slots)."""
         self.predictions = MaskPredictions(layout, filler)
         """The window's own drafts, drawn before the schedule (which weighs them)."""
@@ -74,8 +75,11 @@ class LosslessPolicy:
         self.branch = None if branches is None else branches.branch
         """With trees: each row's lookup branches, verified beside its window."""
         first_drafts = max((source.first_slots for source in self.sources), default=0)
-        self.check = ChainCheck(verifier, layout, first_drafts) if branches is None \
+        self.check = (
+            ChainCheck(verifier, layout, first_drafts) if branches is None
             else TreeCheck(verifier, layout, first_drafts, self.branch)
+        )
+        """The check after each forward: the window's chain, or with trees its branches too."""
         self.draft_probs: torch.Tensor | None = None
         """Sampling: (rows, window_size, vocab) the distribution q each draft was drawn from (drafts live in the
         first `window_size` slots), allocated at the first forward."""
@@ -132,12 +136,11 @@ class LosslessPolicy:
         if self.schedule is not None and fed == 1:  # no window checked a draft (a tree's were its branches')
             self.schedule.probe(self.schedule.draft_limit, state.generated)
         elif self.schedule is not None:  # the limit follows the mask predictions' drafts only
-            checked = verdict.drafts, verdict.accepted, corrected
-            in_chain = self._from_sources()
+            drafts, accepted, in_chain = verdict.drafts, verdict.accepted, self._from_sources()
             if in_chain is not None:
                 mask_drafted = ~in_chain
-                checked = (checked[0] * mask_drafted, checked[1] * mask_drafted, checked[2] & mask_drafted)
-            self.schedule.adapt(*checked, state.generated, self.drafts.accepted)
+                drafts, accepted, corrected = drafts * mask_drafted, accepted * mask_drafted, corrected & mask_drafted
+            self.schedule.adapt(drafts, accepted, corrected, state.generated, self.drafts.accepted)
         self._limit_window(state)
         self._draft_from_sources(state, after)
         return Kept(1 + verdict.committed, verdict.branch_columns)
@@ -213,12 +216,11 @@ class LosslessPolicy:
 
     def _from_sources(self) -> torch.Tensor | None:
         """Rows whose window drafts a source other than the mask predictions placed (None: no source can)."""
-        rows = [source.in_chain for source in self.sources if source.in_chain is not None]
-        if not rows:
-            return None
-        for more in rows[1:]:
-            rows[0] = rows[0] | more
-        return rows[0]
+        rows = None
+        for source in self.sources:
+            if source.in_chain is not None:
+                rows = source.in_chain if rows is None else rows | source.in_chain
+        return rows
 
     def _place_certain(
         self, state: WindowState, tokens: torch.Tensor, logits: torch.Tensor | None, scores: torch.Tensor | None
