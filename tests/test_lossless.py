@@ -7,6 +7,7 @@ from tiny_models import MASK_ID, random_prompts, tiny_model
 import wedlm_hf
 from wedlm_hf.generation.draft_schedule import FIRST_AR_RUN, LOSS_BOUND, MEMORY, TRY_ALLOWANCE, DraftSchedule
 from wedlm_hf.generation.settings import WeDLMSettings
+from wedlm_hf.generation.window import swap_in
 
 
 def settings(scale: float | None = None) -> WeDLMSettings:
@@ -143,6 +144,18 @@ def test_the_batch_width_is_what_expected_acceptance_pays_for_at_the_batch_size(
     assert int(_schedule([3.0], [1.0]).widths()[0]) > 2
     assert int(_schedule([9.0, 0.0], [0.0, 2.0]).widths()[0]) == 14
     assert int(_schedule([9.0] * 32, [0.0] * 32, scale=2048).widths()[0]) == 14  # where a wide forward is cheap
+
+
+def test_rows_joining_a_running_batch_are_priced_at_its_size_until_they_join():
+    """A continuous-batching group decodes its first forward alone, then joins the running rows: its first widths
+    are priced at the joined batch's size (none pays at 32 on a CPU), the joined schedule at its own rows'."""
+    generated = torch.full((1,), 0)
+    alone = DraftSchedule.starting(generated, True, settings())
+    joining = DraftSchedule.starting(generated, True, settings(), beside=31)
+    assert int(alone.draft_limit[0]) == 14 and int(joining.draft_limit[0]) == 0
+    running = DraftSchedule.starting(generated, True, settings())
+    swap_in([(running, running.joined(joining))])
+    assert running.beside == 0 and int(running.widths()[0]) == 14  # (two rows whose drafts all pass)
 
 
 def test_the_width_follows_acceptance():

@@ -105,7 +105,7 @@ class RunningBatch:
         padded = any(len(sequence.prompt_ids) < input_ids.shape[1] for sequence in group)
         loop = start_decoding(
             self.model, input_ids, mask, padded, torch.tensor(budgets, device=self.device), self.setup, self.config,
-            record, self.history,
+            record, self.history, beside=0 if self.loop is None else self.loop.running,
         )
         first_step(loop)
         if self.loop is not None:

@@ -179,10 +179,12 @@ def start_decoding(
     generation_config: GenerationConfig,
     record: OutputRecord,
     history: TokenHistory | None = None,
+    beside: int = 0,
 ) -> DecodeLoop:
     """The loop over (left-padded) `input_ids`, before its first step: first windows, the step policy the settings
     pick and the dynamic backend (which feeds the prompt), writing to `record`; `max_new_tokens` per row. With a
-    `history`, lossless mode also drafts from those texts (prompt lookup's search, turned on)."""
+    `history`, lossless mode also drafts from those texts (prompt lookup's search, turned on); `beside`: the rows
+    these join after their first step, which lossless mode prices its first draft widths with."""
     settings, layout, logits_processor = setup.settings, setup.layout, setup.processors
     state = _first_window(input_ids, mask, layout, tuple(record.token_scores), setup.vocab_size, max_new_tokens)
     if record.sampling is None:  # `generate()`: the call's processors, densely where they allow it
@@ -211,7 +213,7 @@ def start_decoding(
                 "read no prefix), so only the latest match drafts; drop the option or what rules trees out."
             )
         policy = LosslessPolicy(
-            layout, record, filler, state, adaptive, verifier, lookup, is_wedlm_trained(model), tree
+            layout, record, filler, state, adaptive, verifier, lookup, is_wedlm_trained(model), tree, beside=beside
         )
     else:
         cost = ForwardCost.declared(input_ids.device.type, settings.forward_scale)

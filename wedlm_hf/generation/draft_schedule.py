@@ -105,6 +105,9 @@ class DraftSchedule(PerRow):
     cost: ForwardCost
     keyed: bool
     """Whether any row may be `own` (rows sample with draws of their own)."""
+    beside: int = 0
+    """Rows already decoding that these join after their first forward (continuous batching): their first widths
+    are priced at the joined batch's size, where their second forward runs, not at their admission group's."""
     priced: dict[int, BatchPrices] = field(default_factory=dict, repr=False)
     """`BatchPrices` per batch size met so far."""
     widths_of: tuple[torch.Tensor, int, torch.Tensor] | None = field(default=None, repr=False)
@@ -112,10 +115,12 @@ class DraftSchedule(PerRow):
 
     @classmethod
     def starting(
-        cls, generated: torch.Tensor, trained: bool, settings: WeDLMSettings, sampling: RowSampling | None = None
+        cls, generated: torch.Tensor, trained: bool, settings: WeDLMSettings, sampling: RowSampling | None = None,
+        beside: int = 0,
     ) -> "DraftSchedule":
         """Rows before their first forward (`sampling`: their record's), priced by the cost model of their device
-        and the call's `wedlm_forward_scale`; the rows that sample with draws of their own are `own`."""
+        and the call's `wedlm_forward_scale` as `beside` more rows; the rows that sample with draws of their own
+        are `own`."""
         most = max(settings.window_size - 2, 0)
         cost = ForwardCost.declared(generated.device.type, settings.forward_scale)
         own = sampling.sample.clone() if sampling is not None and sampling.of_requests else None
@@ -126,13 +131,13 @@ class DraftSchedule(PerRow):
             probe_wait=torch.full_like(generated, FIRST_AR_RUN), try_at=generated + FIRST_AR_RUN,
             probes=torch.zeros_like(generated),
             own=torch.zeros_like(generated, dtype=torch.bool) if own is None else own,
-            most=most, cost=cost, keyed=own is not None,
+            most=most, cost=cost, keyed=own is not None, beside=beside,
         )
         schedule.draft_limit = schedule.widths()  # (drafts that would all pass: the first window's width)
         return schedule
 
     def joined(self, other: "DraftSchedule") -> dict:
-        return {**super().joined(other), "keyed": self.keyed or other.keyed}
+        return {**super().joined(other), "keyed": self.keyed or other.keyed, "beside": 0}
 
     def first_window(self, entropy: torch.Tensor, threshold: float | None, rows: torch.Tensor) -> None:
         """After the first forward: rows `rows` (a bool per row) count the leading drafts whose predictions'
@@ -165,7 +170,7 @@ class DraftSchedule(PerRow):
     def widths(self) -> torch.Tensor:
         """(rows) The drafts each row checks next: the number that gives the batch the most expected tokens per
         unit of time, or for an `own` row, the row alone."""
-        rows = self.passed.shape[0]
+        rows = self.passed.shape[0] + self.beside
         rate = self.passed / (self.passed + self.failed).clamp(min=1e-6)
         depths = torch.arange(1, self.most + 1, device=rate.device)
         expected = rate[:, None].pow(depths).cumsum(1)  # each row's accepted drafts at each width from 1
@@ -184,7 +189,7 @@ class DraftSchedule(PerRow):
         """The generated count from which the ration allows a row its next try: its tries, that one included,
         cost at most `TRY_ALLOWANCE` plus `LOSS_BOUND` of its AR forwards plus the `accepted_so_far` drafts (a
         forward saved each)."""
-        per_try = self.prices(accepted_so_far.shape[0]).tokens_per_try
+        per_try = self.prices(accepted_so_far.shape[0] + self.beside).tokens_per_try
         if self.keyed:
             per_try = torch.where(self.own, self.prices(1).tokens_per_try, per_try)
         return ((self.probes + 1) * per_try - (TRY_ALLOWANCE + accepted_so_far) / LOSS_BOUND).ceil().long()
@@ -194,7 +199,7 @@ class DraftSchedule(PerRow):
         row at zero drafts tries one draft (the try widens the forward for all of them), but `own` rows, which try
         on their own. Every row that tries counts the try in its ration: one row's ration, not each row's, then
         sets how often the batch tries."""
-        batch_tries = self.most > 0 and self.prices(limit.shape[0]).tries_pay
+        batch_tries = self.most > 0 and self.prices(limit.shape[0] + self.beside).tries_pay
         own_tries = self.keyed and self.most > 0 and self.prices(1).tries_pay
         if not (batch_tries or own_tries):
             self.draft_limit = limit

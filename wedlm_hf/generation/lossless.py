@@ -55,7 +55,7 @@ class LosslessPolicy:
     def __init__(
         self, layout: WindowLayout, record: OutputRecord, filler: SlotFiller, state: WindowState, adaptive: bool,
         verifier: Verifier, lookup: PromptLookup | None = None, trained: bool = True, tree: bool = False,
-        sources: tuple[DraftSource, ...] = (),
+        sources: tuple[DraftSource, ...] = (), beside: int = 0,
     ):
         self.layout, self.record, self.trained, length = layout, record, trained, state.length
         self.drafts = DraftState(
@@ -63,7 +63,8 @@ class LosslessPolicy:
             mask_predicted=torch.zeros_like(state.done),
         )
         self.schedule = (
-            DraftSchedule.starting(state.generated, trained, filler.settings, record.sampling) if adaptive else None
+            DraftSchedule.starting(state.generated, trained, filler.settings, record.sampling, beside)
+            if adaptive else None
         )
         """The adaptive schedule's row state (None: `"full"`, every window `window_size` slots)."""
         self.predictions = MaskPredictions(layout, filler)
