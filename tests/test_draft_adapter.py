@@ -3,6 +3,7 @@ decoding with the adapter is the base model's greedy `generate()`; proved agains
 The gate acts at the slots the decoder placed as masks (`generation.mask_slots`), never at a token that merely reads
 as the mask, and never outside WeDLM decoding."""
 
+import copy
 import json
 from contextvars import copy_context
 from types import SimpleNamespace
@@ -113,6 +114,33 @@ def test_a_forward_without_mask_slots_skips_the_adapter(monkeypatch):
         forward_with_mask_slots(model, torch.ones(1, 2, dtype=torch.bool), input_ids=torch.full((1, 5), MASK_ID))
     assert torch.equal(out, base) and len(calls) == 2 * 7 * 2  # A and B of 7 projections in each of 2 layers
     assert MASK_SLOTS.get() is None  # reset when the forward returned
+
+
+def test_without_mask_slots_a_gated_layer_is_its_base_layer_unless_another_adapter_shares_it(monkeypatch):
+    """Where no slot is a mask, a gated layer skips PEFT's forward (its bookkeeping is a per-layer cost); a layer
+    that also carries an ordinary LoRA adapter runs PEFT's forward, so that adapter still adds its delta; a deep
+    copy of the model skips on its own layers."""
+    from peft.tuners.lora.layer import Linear as LoraLinear
+
+    model = adapted("llama")
+    peft_forwards = []
+    peft_forward = LoraLinear.forward
+    counted = lambda *args, **kwargs: peft_forwards.append(1) or peft_forward(*args, **kwargs)  # noqa: E731
+    monkeypatch.setattr(LoraLinear, "forward", counted)
+    ids, attention = random_prompts([6, 4], seed=5)
+    with torch.no_grad():
+        for each in (model, copy.deepcopy(model)):
+            out = each(input_ids=ids, attention_mask=attention).logits
+            assert peft_forwards == []
+            with each.disable_adapter():
+                assert torch.equal(out, each(input_ids=ids, attention_mask=attention).logits)
+        forward_with_mask_slots(model, torch.ones(1, 2, dtype=torch.bool), input_ids=torch.full((1, 5), MASK_ID))
+        assert len(peft_forwards) == 2 * 7  # 7 projections in each of 2 layers
+        model.add_adapter("plain", peft.LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False))
+        model.base_model.set_adapter(["default", "plain"])
+        peft_forwards.clear()
+        shifted = model(input_ids=ids, attention_mask=attention).logits
+    assert len(peft_forwards) == 2 and not torch.equal(shifted, out)  # the two q_proj layers
 
 
 @pytest.mark.parametrize("family", FAMILIES)
