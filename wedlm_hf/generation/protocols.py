@@ -8,7 +8,18 @@ import torch
 from .window import Forward, Kept, RunningRow, StepPlan, Updates, WindowState
 
 
-class StepPolicy(Protocol):
+class RowMember(Protocol):
+    """Per-row state whose tensors have the running rows first (`PerRow` dataclasses, step policies), moved by
+    `rows.RunningRows` alone."""
+
+    def select_rows(self, index: torch.Tensor) -> None:
+        """Keep only running rows `index` (the others left)."""
+
+    def joined_rows(self, other: "RowMember") -> Updates:
+        """`other`'s rows (a member of the same kind) appended after these, built, not yet set (`swap_in`)."""
+
+
+class StepPolicy(RowMember, Protocol):
     counter_names: tuple[str, ...]
     """Names of the per-row counters `counters()` reports, besides the window state's own."""
 
@@ -19,11 +30,6 @@ class StepPolicy(Protocol):
 
     def update(self, state: WindowState, plan: StepPlan, forward: Forward) -> Kept:
         """Consume the forward; return which K/V of its window the cache keeps, per row."""
-
-    def select_rows(self, index: torch.Tensor) -> None: ...
-
-    def joined_rows(self, other: "StepPolicy") -> Updates:
-        """The row state of `other` (a policy of the same kind) appended to this one's, built, not yet set."""
 
     def counters(self) -> dict[str, torch.Tensor]: ...
 

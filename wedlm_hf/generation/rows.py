@@ -14,23 +14,11 @@ on the host, kept in step with it, so moving rows never reads the device.
 """
 
 from dataclasses import replace
-from typing import Protocol
-
 import torch
 
-from .protocols import ForwardBackend, StepPolicy
+from .protocols import ForwardBackend, RowMember, StepPolicy
 from .record import OutputRecord
 from .window import InputRow, RunningRow, StepPlan, Updates, WindowState, swap_in
-
-
-class RowMember(Protocol):
-    """Per-row state whose tensors have the running rows first (`PerRow` dataclasses, step policies)."""
-
-    def select_rows(self, index: torch.Tensor) -> None:
-        """Keep only running rows `index` (the others left)."""
-
-    def joined_rows(self, other: "RowMember") -> Updates:
-        """`other`'s rows (a member of the same kind) appended after these, built, not yet set (`swap_in`)."""
 
 
 class RunningRows:

@@ -139,11 +139,11 @@ class PerRow:
         }
 
     def select_rows(self, index: torch.Tensor) -> None:
-        """`select`, as a member of the running rows (`rows.RowMember`)."""
+        """`select`, as a member of the running rows (`protocols.RowMember`)."""
         self.select(index)
 
     def joined_rows(self, other: "PerRow") -> Updates:
-        """`joined`, as a member of the running rows (`rows.RowMember`): built, set by `swap_in`."""
+        """`joined`, as a member of the running rows (`protocols.RowMember`): built, set by `swap_in`."""
         return [(self, self.joined(other))]
 
 
