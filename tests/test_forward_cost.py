@@ -40,16 +40,6 @@ def test_a_step_costs_its_fixed_part_plus_its_tokens():
     assert [row for row, _ in cost.table((1, 8, 32), (1, 4))] == [1, 8, 32]
 
 
-def test_a_cpu_declares_a_smaller_scale_for_a_larger_model():
-    """Through the two measured points (the embedded checkpoint, SmolLM2-135M), not above the embedded one's."""
-    cpu = ForwardCost.declared("cpu").scale
-    assert ForwardCost.declared("cpu", parameters=3_476_224).scale == pytest.approx(cpu, abs=1)
-    assert ForwardCost.declared("cpu", parameters=134_515_008).scale == pytest.approx(8.0, abs=0.5)
-    assert ForwardCost.declared("cpu", parameters=10_000).scale == cpu  # (smaller than anything measured)
-    assert ForwardCost.declared("cpu", parameters=7_000_000_000).scale == pytest.approx(7.6, abs=0.1)
-    assert ForwardCost.declared("cuda", parameters=134_515_008).scale == forward_cost.DEFAULT_SCALE
-
-
 @pytest.mark.parametrize("columns,tokens", [(16, 8.0), (8, 4.0), (3, 1.5)])
 def test_a_wide_step_loses_from_the_batch_size_the_model_names(columns, tokens):
     cost = ForwardCost.declared("cpu")

@@ -84,8 +84,7 @@ def cost_model_info(model: PreTrainedModel) -> dict:
     than it commits."""
     config = model.generation_config
     scale, source = chosen_scale(model, getattr(config, "wedlm_forward_scale", None))
-    cost = ForwardCost.declared(model.device.type, scale)
-    declared = ForwardCost.declared(model.device.type, parameters=model.num_parameters())
+    cost, declared = ForwardCost.declared(model.device.type, scale), ForwardCost.declared(model.device.type)
     window_size = getattr(config, "wedlm_window_size", None) or DEFAULT_WINDOW_SIZE
     return {
         "device": model.device.type, "scale": cost.scale, "source": source, "verify_share": cost.verify_share,

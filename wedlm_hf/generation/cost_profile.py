@@ -152,5 +152,4 @@ def chosen_scale(model: PreTrainedModel, setting: float | str | None) -> tuple[f
         profile = stored_or_measured(model) if setting == "measure" else stored_profile(profile_key(model))
         if profile is not None:
             return float(profile["scale"]), f"measured here on {profile['measured']} (stored in {profile_path()})"
-    declared = declared_scale(model.device.type, model.num_parameters())
-    return float(declared), f"declared for {model.device.type} and {model.num_parameters() / 1e6:.1f}M parameters"
+    return float(declared_scale(model.device.type)), f"declared for {model.device.type}"

@@ -31,12 +31,6 @@ SCALES = {"cpu": 24}
 (embedded checkpoint, 1 thread, 64 tokens cached, 2-vCPU AMD EPYC, 2026-12-06): a forward of 17 tokens per row cost
 1.76x one of 1 token at batch 1, 5.20x at batch 8, 9.06x at batch 32; `ForwardCost.relative` at 24 gives 1.64x,
 5.00x and 10.1x."""
-CPU_LARGE_MODEL_SCALE = 7.6
-CPU_SIZE_TOKENS = 5.7e7
-"""On a CPU the scale falls as the model grows (its arithmetic per token outgrows the step's fixed work), declared
-as `CPU_LARGE_MODEL_SCALE + CPU_SIZE_TOKENS / parameters`, at most `SCALES["cpu"]` (smaller models than the
-embedded checkpoint were not measured), through two measurements on a 2-vCPU AMD EPYC, 1 thread, 2026-12-06: the
-embedded checkpoint (3.5M parameters) 24 (above), SmolLM2-135M 8.0 (`cost_profile.py`, 6 s budget)."""
 DEFAULT_SCALE = 2048
 """Other devices: an accelerator reads the weights once per step whatever its columns (declared, not measured)."""
 VERIFY_SHARES = {"cpu": 0.25}
@@ -56,11 +50,10 @@ class ForwardCost:
     verify_share: float
 
     @classmethod
-    def declared(cls, device_type: str, scale: float | None = None, parameters: int | None = None) -> "ForwardCost":
-        """The device type's declared model (for a model of `parameters`, where given); `scale` (a
-        `wedlm_forward_scale` value) replaces its scale."""
+    def declared(cls, device_type: str, scale: float | None = None) -> "ForwardCost":
+        """The device type's declared model; `scale` (a `wedlm_forward_scale` value) replaces its scale."""
         return cls(
-            scale=float(declared_scale(device_type, parameters) if scale is None else scale),
+            scale=float(declared_scale(device_type) if scale is None else scale),
             verify_share=VERIFY_SHARES.get(device_type, DEFAULT_VERIFY_SHARE),
         )
 
@@ -88,13 +81,9 @@ class ForwardCost:
         return [(rows, [self.relative(rows, width) for width in columns]) for rows in batches]
 
 
-def declared_scale(device_type: str, parameters: int | None = None) -> float:
-    """The scale declared for `device_type` (`SCALES`, else `DEFAULT_SCALE`), on a CPU for a model of `parameters`
-    where given (`CPU_SIZE_TOKENS`)."""
-    scale = SCALES.get(device_type, DEFAULT_SCALE)
-    if device_type == "cpu" and parameters:
-        return min(scale, CPU_LARGE_MODEL_SCALE + CPU_SIZE_TOKENS / parameters)
-    return scale
+def declared_scale(device_type: str) -> int:
+    """The scale declared for `device_type` (`SCALES`, else `DEFAULT_SCALE`)."""
+    return SCALES.get(device_type, DEFAULT_SCALE)
 
 
 LARGEST_SCALE = 2**20
