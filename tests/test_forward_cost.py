@@ -15,6 +15,7 @@ from transformers.utils import logging as transformers_logging
 
 import wedlm_hf
 from wedlm_hf.bench.measure import ForwardCounter
+from wedlm_hf.cost_profiles import store
 from wedlm_hf.generation import cost_profile, forward_cost, plain
 from wedlm_hf.generation.forward_cost import ForwardCost
 from wedlm_vllm import cost as vllm_cost
@@ -97,14 +98,14 @@ def test_plain_mode_warns_once_past_the_batch_size_where_its_window_pays():
 def profiles(tmp_path, monkeypatch):
     """A file of stored profiles of its own."""
     path = tmp_path / "profiles" / "forward_cost.json"
-    monkeypatch.setenv(forward_cost.PROFILE_FILE_VARIABLE, str(path))
+    monkeypatch.setenv(store.PROFILE_FILE_VARIABLE, str(path))
     return path
 
 
 def test_the_profile_file_is_in_the_hugging_face_cache_unless_named(monkeypatch, tmp_path):
-    monkeypatch.delenv(forward_cost.PROFILE_FILE_VARIABLE)
+    monkeypatch.delenv(store.PROFILE_FILE_VARIABLE)
     monkeypatch.setenv("HF_HOME", str(tmp_path))
-    assert forward_cost.profile_path() == tmp_path / "wedlm_hf" / "forward_cost.json"
+    assert store.profile_path() == tmp_path / "wedlm_hf" / "forward_cost.json"
 
 
 @pytest.mark.parametrize("scale", [3.0, 24.0, 300.0])
@@ -130,7 +131,7 @@ def test_a_profile_of_the_model_is_measured_once_then_read_from_its_file(profile
     assert first.calls > 0 and 1 <= scale <= forward_cost.LARGEST_SCALE and math.isfinite(scale)
     assert "measured here" in source
     (key, stored), = json.loads(profiles.read_text()).items()
-    assert key == cost_profile.profile_key(model) and stored["scale"] == scale
+    assert key == store.profile_key(model) and stored["scale"] == scale
     assert {(rows, width) for rows, width, _ in stored["samples"]} >= {(1, 1), (1, 4), (1, 16)}
     assert all(seconds > 0 for *_, seconds in stored["samples"])
     with ForwardCounter(model) as second:
@@ -149,11 +150,22 @@ def test_auto_without_a_stored_profile_is_the_declared_scale_and_measures_nothin
     assert not profiles.exists()
 
 
+def test_without_a_store_as_exported_remote_code_runs_a_profile_is_measured_and_kept_nowhere(profiles, monkeypatch):
+    """The Hub's remote code touches no file: no store there, so "auto" is the declared scale, "measure" times."""
+    monkeypatch.setattr(cost_profile, "STORE", None)
+    model = wedlm_hf.enable(tiny_model("wedlm"))
+    assert cost_profile.chosen_scale(model, "auto")[1] == "declared for cpu"
+    with ForwardCounter(model) as counter:
+        scale, source = cost_profile.chosen_scale(model, "measure")
+    assert counter.calls > 0 and source.startswith("measured here on") and "stored" not in source
+    assert not profiles.exists()
+
+
 def test_a_profile_is_keyed_by_device_and_model():
     small, wide = tiny_model("wedlm"), tiny_model("wedlm").to(torch.float64)
-    assert cost_profile.profile_key(small) != cost_profile.profile_key(wide)
-    assert cost_profile.profile_key(small) != cost_profile.profile_key(tiny_model("llama"))
-    assert cost_profile.profile_key(small).startswith(cost_profile.device_name(torch.device("cpu")))
+    assert store.profile_key(small) != store.profile_key(wide)
+    assert store.profile_key(small) != store.profile_key(tiny_model("llama"))
+    assert store.profile_key(small).startswith(store.device_name(torch.device("cpu")))
 
 
 def test_the_profile_stays_within_its_time_budget_past_batch_one():
@@ -166,10 +178,10 @@ def test_an_unreadable_profile_file_counts_as_none_and_the_next_store_rewrites_i
     profiles.parent.mkdir(parents=True)
     profiles.write_text("{not json")
     with pytest.warns(UserWarning, match="unreadable"):
-        assert forward_cost.stored_profile("key") is None
+        assert store.stored_profile("key") is None
     with pytest.warns(UserWarning, match="unreadable"):
-        forward_cost.store_profile("key", {"scale": 5.0})
-    assert forward_cost.stored_profile("key") == {"scale": 5.0}
+        store.store_profile("key", {"scale": 5.0})
+    assert store.stored_profile("key") == {"scale": 5.0}
     assert [path.name for path in profiles.parent.iterdir()] == [profiles.name]  # no temporary file left
 
 
@@ -181,7 +193,7 @@ def test_the_decoder_prices_with_the_stored_profile(profiles):
     input_ids, attention_mask = random_prompts([5 + i % 7 for i in range(32)], seed=1)
     common = dict(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=24, eos_token_id=None)
     lossless = dict(decoding="wedlm", wedlm_lossless=True, mask_token_id=MASK_ID, return_dict_in_generate=True)
-    forward_cost.store_profile(cost_profile.profile_key(model), {"scale": 100000.0, "measured": "then"})
+    store.store_profile(store.profile_key(model), {"scale": 100000.0, "measured": "then"})
     greedy = model.generate(**common, decoding="ar")
     stored = model.generate(**common, **lossless)
     declared = model.generate(**common, **lossless, wedlm_forward_scale="declared")

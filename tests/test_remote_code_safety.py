@@ -14,11 +14,14 @@ ALLOWED_IMPORTS = {
     "contextvars",  # the mask slots of the forward in progress, per thread (generation/mask_slots.py)
     "copy",
     "dataclasses",
+    "datetime",  # the date a forward-cost profile was measured (generation/cost_profile.py)
     "functools",
     "inspect",
     "math",
     "numbers",
     "re",
+    "statistics",  # medians of a forward-cost profile's timings
+    "time",  # its clock (perf_counter)
     "typing",
 }
 FORBIDDEN_CALLS = {"eval", "exec", "compile", "__import__", "open", "getattr_static", "system", "popen", "urlopen"}

@@ -8,6 +8,7 @@ from pathlib import Path
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
 from .batch import batch_generate
+from .cost_profiles.store import install as _install_profile_store
 from .draft_adapter.enabling import enable
 from .generation import (
     WeDLMCache,
@@ -22,6 +23,7 @@ from .modeling import WeDLMConfig, WeDLMForCausalLM, WeDLMModel
 AutoConfig.register("wedlm", WeDLMConfig, exist_ok=True)
 AutoModel.register(WeDLMConfig, WeDLMModel, exist_ok=True)
 AutoModelForCausalLM.register(WeDLMConfig, WeDLMForCausalLM, exist_ok=True)
+_install_profile_store()  # measured forward-cost profiles read from and kept in their file (cost_profiles/)
 
 __version__ = "0.1.0"
 

@@ -10,7 +10,8 @@ import psutil
 import torch
 from transformers import PreTrainedModel
 
-from ..generation.cost_profile import BATCHES, WIDTHS, chosen_scale, device_name
+from ..cost_profiles.store import device_name
+from ..generation.cost_profile import BATCHES, WIDTHS, chosen_scale
 from ..generation.forward_cost import ForwardCost
 from ..generation.plain import window_loses_from
 from ..generation.settings import DEFAULT_WINDOW_SIZE

@@ -103,8 +103,8 @@ def run(args: argparse.Namespace) -> int:
     from ..bench.prompts import PROMPT_SETS, load_prompt_set, primed_prompts
     from ..bench.report import markdown, plot, write_json
     from ..bench.runner import BenchConfig, run_bench
-    from ..generation.cost_profile import measure_profile, profile_key
-    from ..generation.forward_cost import store_profile
+    from ..cost_profiles.store import profile_key, store_profile
+    from ..generation.cost_profile import measure_profile
 
     apply_sizes(args)
     if args.plot and importlib.util.find_spec("matplotlib") is None:

@@ -15,17 +15,16 @@ call and the next. A stored profile is one measurement that every later process 
 set `WEDLM_HF_FORWARD_COST` elsewhere) to return to the declared scales.
 """
 
-import functools
-import platform
 import statistics
 import time
 from datetime import datetime, timezone
+from typing import Protocol
 
 import torch
 import transformers
 from transformers import DynamicCache, PreTrainedModel
 
-from .forward_cost import declared_scale, fitted_scale, profile_path, store_profile, stored_profile
+from .forward_cost import declared_scale, fitted_scale
 from .transformers_version import CACHE_KEYWORD
 
 BATCHES = (1, 8, 32)
@@ -40,20 +39,6 @@ CHOICES = ("auto", "measure", "declared")
 """`wedlm_forward_scale`'s named values (a number gives the scale itself; None is "auto")."""
 
 
-@functools.cache
-def device_name(device: torch.device) -> str:
-    """The device as a profile is keyed by: an accelerator's product name, a CPU's model name."""
-    if device.type == "cuda":
-        return f"cuda {torch.cuda.get_device_name(device)}"
-    if device.type != "cpu":
-        return device.type
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            return next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
-
-
 def model_fingerprint(model: PreTrainedModel) -> str:
     """What a forward's cost depends on besides the device: the architecture's shape, dtype and attention."""
     config = model.config.get_text_config()
@@ -63,14 +48,6 @@ def model_fingerprint(model: PreTrainedModel) -> str:
         f"{shape['num_attention_heads']} vocab {config.vocab_size} {model.dtype} "
         f"{getattr(model.config, '_attn_implementation', None)}"
     )
-
-
-def profile_key(model: PreTrainedModel) -> str:
-    """A stored profile's key: the device (a CPU's with the torch threads a forward runs on) and the model."""
-    device = device_name(model.device)
-    if model.device.type == "cpu":
-        device += f", {torch.get_num_threads()} threads"
-    return f"{device} | {model_fingerprint(model)}"
 
 
 def _synchronize(device: torch.device) -> None:
@@ -117,7 +94,7 @@ def _expected_seconds(samples: list[tuple[int, int, float]], rows: int) -> float
 
 
 def measure_profile(model: PreTrainedModel, budget_s: float = BUDGET_S) -> dict:
-    """Time the model's forwards here and fit the scale: the profile `store_profile` keeps (its `samples` are
+    """Time the model's forwards here and fit the scale: the profile a store keeps (its `samples` are
     (rows, width, seconds))."""
     started, samples = time.perf_counter(), []
     _batch_samples(model, BATCHES[0])  # discarded: a process's first forwards run slow (allocations, kernel choice)
@@ -132,13 +109,30 @@ def measure_profile(model: PreTrainedModel, budget_s: float = BUDGET_S) -> dict:
     }
 
 
+class ProfileStore(Protocol):
+    """Where measured profiles are kept, per device and model: the installed package's file
+    (`cost_profiles/store.py`, set as `STORE` when the package is imported). Remote code exported to the Hub reads
+    and writes no file, so it has none: there `"auto"` is the declared scale and `"measure"` keeps nothing."""
+
+    def read(self, model: PreTrainedModel) -> dict | None: ...
+
+    def write(self, model: PreTrainedModel, profile: dict) -> str:
+        """Keep `profile` for the model's device and model; returns where."""
+
+    def location(self) -> str: ...
+
+
+STORE: ProfileStore | None = None
+"""The profile store this process uses, if any."""
+
+
 def stored_or_measured(model: PreTrainedModel) -> dict:
     """The profile stored for this device and model, else one measured now and stored."""
-    key = profile_key(model)
-    profile = stored_profile(key)
+    profile = STORE.read(model) if STORE is not None else None
     if profile is None:
         profile = measure_profile(model)
-        store_profile(key, profile)
+        if STORE is not None:
+            STORE.write(model, profile)
     return profile
 
 
@@ -149,7 +143,8 @@ def chosen_scale(model: PreTrainedModel, setting: float | str | None) -> tuple[f
     if setting not in (None, *CHOICES):
         return float(setting), "given by wedlm_forward_scale"
     if setting != "declared":
-        profile = stored_or_measured(model) if setting == "measure" else stored_profile(profile_key(model))
-        if profile is not None:
-            return float(profile["scale"]), f"measured here on {profile['measured']} (stored in {profile_path()})"
+        profile = stored_or_measured(model) if setting == "measure" else STORE and STORE.read(model)
+        if profile:
+            where = "" if STORE is None else f" (stored in {STORE.location()})"
+            return float(profile["scale"]), f"measured here on {profile['measured']}{where}"
     return float(declared_scale(model.device.type)), f"declared for {model.device.type}"

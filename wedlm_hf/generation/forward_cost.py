@@ -13,18 +13,13 @@ does (some 140 small tensor ops against a dozen: gathering, verifying, shifting,
 fixed part.
 
 The scale is declared per device type (`SCALES`), or measured on the device for one model (`cost_profile.py` times
-a few forwards and `fitted_scale` fits them) and stored per device and model in a JSON file (`profile_path`), or
-given per call (`wedlm_forward_scale`); `verify_share` is declared (`VERIFY_SHARES`). This module imports only the
+a few forwards and `fitted_scale` fits them; the installed package stores it per device and model,
+`cost_profiles/store.py`), or given per call (`wedlm_forward_scale`); `verify_share` is declared (`VERIFY_SHARES`). This module imports only the
 standard library, so `wedlm_vllm` loads it by its path without importing torch.
 """
 
-import json
 import math
-import os
-import tempfile
-import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
 SCALES = {"cpu": 24}
 """`scale` per device type, declared. On a CPU, 20 to 32 tokens by the forward-cost table filed with issue 47
@@ -88,8 +83,6 @@ def declared_scale(device_type: str) -> int:
 
 LARGEST_SCALE = 2**20
 """The largest scale `fitted_scale` fits: a forward whose time does not measurably grow with its tokens."""
-PROFILE_FILE_VARIABLE = "WEDLM_HF_FORWARD_COST"
-"""The environment variable naming the JSON file of stored profiles, instead of `profile_path`'s default."""
 
 
 def fitted_scale(samples: list[tuple[int, int, float]]) -> float:
@@ -110,50 +103,3 @@ def fitted_scale(samples: list[tuple[int, int, float]]) -> float:
 
     scales = [2 ** (step / 8) for step in range(8 * round(math.log2(LARGEST_SCALE)) + 1)]
     return round(min(scales, key=error), 1)
-
-
-def profile_path() -> Path:
-    """The JSON file of measured profiles: `$WEDLM_HF_FORWARD_COST`, else `wedlm_hf/forward_cost.json` in the
-    Hugging Face cache folder (`$HF_HOME`, else `$XDG_CACHE_HOME/huggingface`, else `~/.cache/huggingface`)."""
-    if os.environ.get(PROFILE_FILE_VARIABLE):
-        return Path(os.environ[PROFILE_FILE_VARIABLE]).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(os.environ.get("HF_HOME") or os.path.join(cache, "huggingface")).expanduser() / "wedlm_hf" / (
-        "forward_cost.json"
-    )
-
-
-def stored_profiles() -> dict[str, dict]:
-    """Every stored profile by its key (device and model, `cost_profile.profile_key`); an unreadable file counts
-    as none stored, with a warning (the next `store_profile` rewrites it)."""
-    path = profile_path()
-    try:
-        profiles = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as error:
-        warnings.warn(f"forward cost profiles in {path} are unreadable ({error}); using none of them")
-        return {}
-    return profiles if isinstance(profiles, dict) else {}
-
-
-def stored_profile(key: str) -> dict | None:
-    """The profile stored under `key`, if any."""
-    return stored_profiles().get(key)
-
-
-def store_profile(key: str, profile: dict) -> Path:
-    """Store `profile` under `key` beside the others, atomically (a reader sees the old file or the new one,
-    never half of one); returns the file's path."""
-    path = profile_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    profiles = stored_profiles() | {key: profile}
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            json.dump(profiles, file, indent=1, sort_keys=True)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
-    return path

@@ -1,0 +1,1 @@
+"""Measured forward-cost profiles kept on disk for the decoder (`store.py`)."""
