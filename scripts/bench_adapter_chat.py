@@ -11,11 +11,17 @@ each schedule's wall-clock speed against greedy (median of the per-round ratios)
 each set, then the bounds the default schedule is held to: on predictable chats default/full >= 0.8 and default
 >= 1.3x greedy; on chats whose drafts fail default >= 0.95x greedy.
 
+`--forward-scale` prices both schedules' widths and tries as `wedlm_forward_scale` does: "auto" (the default: the
+profile stored for this machine and model, else the declared scale), "declared", or "measure" (the profile stored,
+else measured first and stored: `generation/cost_profile.py`).
+
     python scripts/bench_adapter_chat.py [--max-new-tokens 160] [--rounds 3] [--threads 1] [--prompts-per-set N]
+        [--forward-scale auto]
 """
 
 import argparse
 import datetime
+from dataclasses import replace
 import statistics
 import time
 
@@ -26,6 +32,7 @@ from transformers.utils import logging
 from wedlm_hf.bench.arms import FAMILIES, Arm
 from wedlm_hf.bench.measure import machine_info
 from wedlm_hf.bench.models import load_model
+from wedlm_hf.generation.cost_profile import CHOICES, chosen_cost
 from wedlm_hf.loading import load_model_and_tokenizer
 
 ADAPTED = "smollm2-wedlm"
@@ -90,11 +97,18 @@ def check_identical(name: str, tokens: list[int], expected: list[int]) -> None:
         )
 
 
+def priced_arms(forward_scale: str) -> dict[str, Arm]:
+    """`ARMS` pricing their widths with `wedlm_forward_scale=forward_scale`."""
+    return {
+        name: replace(arm, options=arm.options | {"wedlm_forward_scale": forward_scale}) for name, arm in ARMS.items()
+    }
+
+
 def bench_prompt(adapted: PreTrainedModel, base: PreTrainedModel, prompt: list[int], args) -> dict:
     """Tokens per forward of each schedule, their median speed ratios to greedy, and greedy's answer."""
     decoders = {"greedy": lambda: greedy(base, prompt, args.max_new_tokens)} | {
         name: (lambda arm=arm: arm.decode(adapted, prompt, args.max_new_tokens, exact_length=False))
-        for name, arm in ARMS.items()
+        for name, arm in priced_arms(args.forward_scale).items()
     }
     first = {name: decode() for name, decode in decoders.items()}  # warm-up, outputs and forward counts
     expected = first["greedy"]
@@ -145,6 +159,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=positive, default=3, help="timed rounds per prompt (medians over them)")
     parser.add_argument("--threads", type=positive, default=1, help="torch threads")
     parser.add_argument("--prompts-per-set", type=positive, default=None, help="only the first N prompts of each set")
+    parser.add_argument(
+        "--forward-scale", choices=CHOICES, default="auto", help="wedlm_forward_scale of both schedules"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     logging.disable_progress_bar()
@@ -152,10 +169,12 @@ def main() -> None:
     base = load_model_and_tokenizer(BASE)[0]
 
     machine = machine_info()
+    cost, source = chosen_cost(adapted, args.forward_scale)  # ("measure": measured and stored here, before any arm)
     print(f"{datetime.date.today().isoformat()}, {machine['cpu']} ({machine['logical_cores']} logical cores), "
           f"{args.threads} torch thread(s), load average {machine['load_average'][0]:.2f}; {ADAPTED} (lossless "
           f"WeDLM) vs {BASE} greedy generate(), batch 1, {args.max_new_tokens} new tokens max, chat template, "
-          f"medians of {args.rounds} interleaved rounds")
+          f"medians of {args.rounds} interleaved rounds; widths priced with scale {cost.scale:g}, premium "
+          f"{cost.premium:g} ({source})")
     print("| prompt | " + " | ".join(COLUMNS) + " | greedy answer starts |\n|---|" + "---|" * (len(COLUMNS) + 1))
     verdicts = []
     for set_name, contents in PROMPT_SETS.items():

@@ -44,8 +44,9 @@ def test_every_arm_is_reported(result, tmp_path):
     assert set(rows) == ALL_ARMS
     table = markdown(result)
     assert all(f"| {name} |" in table for name in ALL_ARMS)
-    assert "### forward cost model (cpu: the decoder prices with scale 24 tokens, declared for cpu;" in table
-    assert "| 32 | priced (scale 24) | 1.00 |" in table and "| measured |" not in table  # no profile: run_bench alone
+    heading = "### forward cost model (cpu: the decoder prices with scale 24 tokens, premium 0, declared for cpu;"
+    assert heading in table
+    assert "| 32 | priced (scale 24, premium 0) | 1.00 |" in table and "| measured |" not in table  # no profile: run_bench alone
     write_json(result, tmp_path / "bench.json")
     data = json.loads((tmp_path / "bench.json").read_text())
     assert {r["arm"] for r in data["sets"]["random"]} == ALL_ARMS
@@ -166,11 +167,13 @@ def test_cli_writes_table_json_and_png(tmp_path, capsys, monkeypatch):
     assert "| wedlm@1slot |" in out and "| ar |" in out
     assert json.loads(json_path.read_text())["config"]["max_new_tokens"] == 8
     assert png_path.stat().st_size > 0
-    assert "| 1 | measured | 1.00 |" in out and "decoder prices with scale 24 tokens, declared for cpu" in out
+    assert "| 1 | measured | 1.00 |" in out
+    assert "decoder prices with scale 24 tokens, premium 0, declared for cpu" in out
     assert not (tmp_path / "forward_cost.json").exists()
     assert main([*argv, "--arms", "ar", "--json", str(json_path), "--store-forward-cost"]) == 0
-    measured = json.loads(json_path.read_text())["forward_cost"]["measured_scale"]
-    assert f"decoder prices with scale {measured:g} tokens, measured here" in capsys.readouterr().out
+    cost = json.loads(json_path.read_text())["forward_cost"]
+    scale, premium = cost["measured_scale"], cost["measured_premium"]
+    assert f"decoder prices with scale {scale:g} tokens, premium {premium:g}, measured here" in capsys.readouterr().out
     assert (tmp_path / "forward_cost.json").exists()
 
 

@@ -18,6 +18,7 @@ from wedlm_hf.bench.measure import ForwardCounter
 from wedlm_hf.cost_profiles import store
 from wedlm_hf.generation import cost_profile, forward_cost, plain
 from wedlm_hf.generation.forward_cost import ForwardCost
+from wedlm_hf.generation.mask_slots import MASK_SLOTS
 from wedlm_vllm import cost as vllm_cost
 
 
@@ -108,18 +109,39 @@ def test_the_profile_file_is_in_the_hugging_face_cache_unless_named(monkeypatch,
     assert store.profile_path() == tmp_path / "wedlm_hf" / "forward_cost.json"
 
 
-@pytest.mark.parametrize("scale", [3.0, 24.0, 300.0])
-def test_the_fit_recovers_the_scale_of_forwards_that_follow_the_model(scale):
-    samples = [(rows, width, 0.001 * (scale + rows * width)) for rows in (1, 8, 32) for width in (1, 4, 16)]
-    fitted = forward_cost.fitted_scale(samples)
-    assert abs(math.log2(fitted / scale)) <= 1 / 16  # the grid's steps are 2^(1/8)
+@pytest.mark.parametrize("scale,premium", [(3.0, 0.0), (24.0, 0.0), (300.0, 0.0), (12.0, 0.6), (24.0, 1.5)])
+def test_the_fit_recovers_the_scale_and_premium_of_forwards_that_follow_the_model(scale, premium):
+    samples = [
+        (rows, width, 0.001 * (scale * (1 + premium * (width > 1)) + rows * width))
+        for rows in (1, 8, 32) for width in cost_profile.WIDTHS
+    ]
+    fitted_scale, fitted_premium = forward_cost.fitted(samples)
+    assert abs(math.log2(fitted_scale / scale)) <= 1 / 16  # the grid's steps are 2^(1/8) and 1/20
+    assert abs(fitted_premium - premium) <= 0.05
 
 
 def test_the_fit_of_forwards_that_do_not_grow_is_the_largest_scale_and_one_width_fits_nothing():
     flat = [(rows, width, 0.01) for rows in (1, 8) for width in (1, 4, 16)]
-    assert forward_cost.fitted_scale(flat) == round(forward_cost.LARGEST_SCALE, 1)
+    assert forward_cost.fitted(flat) == (round(forward_cost.LARGEST_SCALE, 1), 0.0)
     with pytest.raises(ValueError, match="one-column and a wider forward"):
-        forward_cost.fitted_scale([(1, 1, 0.01), (8, 4, 0.02)])
+        forward_cost.fitted([(1, 1, 0.01), (8, 4, 0.02)])
+
+
+def test_a_premium_prices_every_wider_forward_and_narrows_what_pays():
+    """A CPU forward of two tokens per row may cost far more than the line through one and sixteen says (matrix
+    kernels in place of matrix-vector ones): the premium is paid once by every wider step, so a draft must pass
+    more often to pay, and a plain window loses from a smaller batch."""
+    line, jump = ForwardCost.declared("cpu", 12), ForwardCost.declared("cpu", 12, premium=0.6)
+    assert jump.relative(1, 1) == 1 and jump.relative(1, 2) == pytest.approx(line.relative(1, 2) + 0.6 * 12 / 13)
+    assert jump.step(4, True) - line.step(4, True) == pytest.approx(0.6 * 12) and jump.step(1) == line.step(1)
+    assert jump.loses_from(4, 1.8) == 1 < line.loses_from(4, 1.8)
+    drafts_pay = [
+        [(1 + sum(rate**depth for depth in range(1, drafts + 1))) / cost.step(2 * drafts + 2, True) > 1 / cost.step(1)
+         for cost in (line, jump)]
+        for rate in (0.5, 0.7, 0.9) for drafts in (1, 3)
+    ]
+    assert all(paid_with_line >= paid_with_jump for paid_with_line, paid_with_jump in drafts_pay)
+    assert any(paid_with_line and not paid_with_jump for paid_with_line, paid_with_jump in drafts_pay)
 
 
 def test_a_profile_of_the_model_is_measured_once_then_read_from_its_file(profiles):
@@ -127,26 +149,26 @@ def test_a_profile_of_the_model_is_measured_once_then_read_from_its_file(profile
     the file and runs no forward. `"auto"` reads it too, `"declared"` ignores it, a number overrides both."""
     model = wedlm_hf.enable(tiny_model("wedlm"))
     with ForwardCounter(model) as first:
-        scale, source = cost_profile.chosen_scale(model, "measure")
-    assert first.calls > 0 and 1 <= scale <= forward_cost.LARGEST_SCALE and math.isfinite(scale)
-    assert "measured here" in source
+        cost, source = cost_profile.chosen_cost(model, "measure")
+    assert first.calls > 0 and 1 <= cost.scale <= forward_cost.LARGEST_SCALE and math.isfinite(cost.scale)
+    assert 0 <= cost.premium <= forward_cost.LARGEST_PREMIUM and "measured here" in source
     (key, stored), = json.loads(profiles.read_text()).items()
-    assert key == store.profile_key(model) and stored["scale"] == scale
-    assert {(rows, width) for rows, width, _ in stored["samples"]} >= {(1, 1), (1, 4), (1, 16)}
+    assert key == store.profile_key(model) and (stored["scale"], stored["premium"]) == (cost.scale, cost.premium)
+    assert {(rows, width) for rows, width, _ in stored["samples"]} >= {(1, width) for width in cost_profile.WIDTHS}
     assert all(seconds > 0 for *_, seconds in stored["samples"])
     with ForwardCounter(model) as second:
-        assert cost_profile.chosen_scale(model, "measure")[0] == cost_profile.chosen_scale(model, "auto")[0] == scale
-        assert cost_profile.chosen_scale(model, None)[0] == scale
+        assert cost_profile.chosen_cost(model, "measure")[0] == cost_profile.chosen_cost(model, "auto")[0] == cost
+        assert cost_profile.chosen_cost(model, None)[0] == cost
     assert second.calls == 0
-    assert cost_profile.chosen_scale(model, "declared")[0] == forward_cost.SCALES["cpu"]
-    assert cost_profile.chosen_scale(model, 100) == (100.0, "given by wedlm_forward_scale")
+    assert cost_profile.chosen_cost(model, "declared")[0] == ForwardCost.declared("cpu")
+    assert cost_profile.chosen_cost(model, 100) == (ForwardCost.declared("cpu", 100), "given by wedlm_forward_scale")
 
 
 def test_auto_without_a_stored_profile_is_the_declared_scale_and_measures_nothing(profiles):
     model = wedlm_hf.enable(tiny_model("wedlm"))
     with ForwardCounter(model) as counter:
-        scale, source = cost_profile.chosen_scale(model, "auto")
-    assert scale == forward_cost.SCALES["cpu"] and "declared" in source and counter.calls == 0
+        cost, source = cost_profile.chosen_cost(model, "auto")
+    assert cost == ForwardCost.declared("cpu") and "declared" in source and counter.calls == 0
     assert not profiles.exists()
 
 
@@ -154,9 +176,9 @@ def test_without_a_store_as_exported_remote_code_runs_a_profile_is_measured_and_
     """The Hub's remote code touches no file: no store there, so "auto" is the declared scale, "measure" times."""
     monkeypatch.setattr(cost_profile, "STORE", None)
     model = wedlm_hf.enable(tiny_model("wedlm"))
-    assert cost_profile.chosen_scale(model, "auto")[1] == "declared for cpu"
+    assert cost_profile.chosen_cost(model, "auto")[1] == "declared for cpu"
     with ForwardCounter(model) as counter:
-        scale, source = cost_profile.chosen_scale(model, "measure")
+        _, source = cost_profile.chosen_cost(model, "measure")
     assert counter.calls > 0 and source.startswith("measured here on") and "stored" not in source
     assert not profiles.exists()
 
@@ -174,6 +196,26 @@ def test_the_profile_stays_within_its_time_budget_past_batch_one():
     assert {rows for rows, _, _ in profile["samples"]} == {1}
 
 
+def test_a_profile_feeds_its_wider_forwards_mask_slots_as_a_window_does():
+    """A draft-only adapter works at mask slots only (`draft_adapter/gate.py`): the profile marks every token after a
+    forward's first as one, so the adapter's cost is in the widths the decoder is priced with."""
+    model, fed = tiny_model("wedlm"), []
+
+    def record(module, args, kwargs):
+        slots = MASK_SLOTS.get()
+        fed.append((kwargs["input_ids"].shape[1], None if slots is None else slots.suffix.shape[1]))
+
+    handle = model.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        cost_profile.measure_profile(model, budget_s=0.0)
+    finally:
+        handle.remove()
+    assert (cost_profile.CONTEXT, None) in fed and (1, None) in fed
+    assert {width: slots for width, slots in fed if width != cost_profile.CONTEXT} == {
+        width: (width - 1 if width > 1 else None) for width in cost_profile.WIDTHS
+    }
+
+
 def test_an_unreadable_profile_file_counts_as_none_and_the_next_store_rewrites_it(profiles):
     profiles.parent.mkdir(parents=True)
     profiles.write_text("{not json")
@@ -183,6 +225,17 @@ def test_an_unreadable_profile_file_counts_as_none_and_the_next_store_rewrites_i
         store.store_profile("key", {"scale": 5.0})
     assert store.stored_profile("key") == {"scale": 5.0}
     assert [path.name for path in profiles.parent.iterdir()] == [profiles.name]  # no temporary file left
+
+
+def test_the_file_is_parsed_once_per_version(profiles, monkeypatch):
+    """Every `generate()` call reads the stored profile: a file parsed once serves them all until it is replaced."""
+    store.store_profile("key", {"scale": 5.0})
+    parses = []
+    monkeypatch.setattr(store.json, "loads", lambda text: parses.append(text) or json.JSONDecoder().decode(text))
+    store._parsed.cache_clear()
+    assert store.stored_profile("key") == store.stored_profile("key") == {"scale": 5.0} and len(parses) == 1
+    store.store_profile("key", {"scale": 7.0})
+    assert store.stored_profile("key") == {"scale": 7.0}
 
 
 def test_the_decoder_prices_with_the_stored_profile(profiles):

@@ -1,11 +1,15 @@
 """Lossless mode is exactly transformers' greedy AR decoding, while verifying parallel drafts."""
 
+import math
+from dataclasses import replace
+
 import pytest
 import torch
 from tiny_models import MASK_ID, random_prompts, tiny_model
 
 import wedlm_hf
 from wedlm_hf.generation.draft_schedule import FIRST_AR_RUN, LOSS_BOUND, MEMORY, TRY_ALLOWANCE, DraftSchedule
+from wedlm_hf.generation.forward_cost import ForwardCost
 from wedlm_hf.generation.settings import WeDLMSettings
 from wedlm_hf.generation.window import swap_in
 
@@ -122,6 +126,19 @@ def test_failing_drafts_are_tried_at_the_rationed_rate():
     for drafted, accepted, generated in zip(stats.drafted, stats.accepted, stats.generated):
         assert accepted == 0  # the premise: a random model's drafts fail
         assert 2 <= drafted <= (generated + TRY_ALLOWANCE / LOSS_BOUND) // TOKENS_PER_TRY
+
+
+def test_the_first_try_waits_until_the_row_s_ar_decoding_pays_for_it():
+    """The declared CPU model prices a try below `TRY_ALLOWANCE` AR forwards, so a row starting at zero drafts tries
+    first after `FIRST_AR_RUN` tokens; where a profile measured a wider forward's premium (two wide forwards then
+    cost more than the allowance), its first try is rationed like the others, and a short answer tries none."""
+    generated = torch.zeros(1, dtype=torch.long)
+    assert DraftSchedule.starting(generated, False, settings()).try_at.tolist() == [FIRST_AR_RUN]
+    dear = replace(settings(), forward_cost=ForwardCost.declared("cpu", 16, premium=1.0))
+    schedule = DraftSchedule.starting(generated, False, dear)
+    per_try = schedule.prices(1).tokens_per_try
+    assert per_try * LOSS_BOUND > TRY_ALLOWANCE
+    assert schedule.try_at.tolist() == [math.ceil(per_try - TRY_ALLOWANCE / LOSS_BOUND)]
 
 
 def _schedule(passed: list[float], failed: list[float], scale: float | None = None):

@@ -11,8 +11,9 @@ import torch
 from transformers import PreTrainedModel
 
 from ..cost_profiles.store import device_name
-from ..generation.cost_profile import BATCHES, WIDTHS, chosen_scale
+from ..generation.cost_profile import BATCHES, WIDTHS, chosen_cost
 from ..generation.forward_cost import ForwardCost
+from ..generation.mask_slots import MASK_SLOTS
 from ..generation.plain import window_loses_from
 from ..generation.settings import DEFAULT_WINDOW_SIZE
 
@@ -20,19 +21,24 @@ from ..generation.settings import DEFAULT_WINDOW_SIZE
 class ForwardCounter:
     """Counts model forwards, the query tokens they fed and the seconds spent inside them, via hooks on the
     top-level module: the rest of a decode's time is the decoding method's own work around its forwards, which
-    tokens per forward do not show (on a small model it can decide which method is faster)."""
+    tokens per forward do not show (on a small model it can decide which method is faster). `forwards` keeps each
+    forward's (query tokens per row, whether it had mask slots, seconds) in order."""
 
     def __init__(self, model: PreTrainedModel):
         self.model, self.calls, self.fed, self.seconds, self._entered = model, 0, 0, 0.0, 0.0
+        self.forwards: list[tuple[int, bool, float]] = []
 
     def _enter(self, module, args, kwargs) -> None:
         input_ids = kwargs.get("input_ids", args[0] if args else None)
         self.calls += 1
         self.fed += int(input_ids.shape[1])
+        self._width, self._masked = int(input_ids.shape[1]), MASK_SLOTS.get() is not None
         self._entered = time.perf_counter()
 
     def _leave(self, *_) -> None:
-        self.seconds += time.perf_counter() - self._entered
+        spent = time.perf_counter() - self._entered
+        self.seconds += spent
+        self.forwards.append((self._width, self._masked, spent))
 
     def __enter__(self) -> "ForwardCounter":
         self.handles = [
@@ -79,16 +85,18 @@ class RssSampler:
 
 def cost_model_info(model: PreTrainedModel) -> dict:
     """The forward cost model the model's device and generation config give lossless decoding
-    (`generation/forward_cost.py`): the scale it prices with and where that came from (`cost_profile.chosen_scale`),
+    (`generation/forward_cost.py`): the scale and premium it prices with and where they came from
+    (`cost_profile.chosen_cost`),
     its table of a forward of `cost_profile.WIDTHS` tokens per row as a multiple of a one-token forward at
     `cost_profile.BATCHES` beside the declared scale's, and from which batch size plain mode's window costs more
     than it commits."""
     config = model.generation_config
-    scale, source = chosen_scale(model, getattr(config, "wedlm_forward_scale", None))
-    cost, declared = ForwardCost.declared(model.device.type, scale), ForwardCost.declared(model.device.type)
+    cost, source = chosen_cost(model, getattr(config, "wedlm_forward_scale", None))
+    declared = ForwardCost.declared(model.device.type)
     window_size = getattr(config, "wedlm_window_size", None) or DEFAULT_WINDOW_SIZE
     return {
-        "device": model.device.type, "scale": cost.scale, "source": source, "verify_share": cost.verify_share,
+        "device": model.device.type, "scale": cost.scale, "premium": cost.premium, "source": source,
+        "verify_share": cost.verify_share,
         "widths": list(WIDTHS), "relative": dict(cost.table(BATCHES, WIDTHS)),
         "declared_scale": declared.scale, "declared": dict(declared.table(BATCHES, WIDTHS)),
         "window_size": window_size, "plain_loses_from": window_loses_from(cost, window_size),
@@ -97,11 +105,11 @@ def cost_model_info(model: PreTrainedModel) -> dict:
 
 def measured_cost_info(profile: dict) -> dict:
     """What a profile (`cost_profile.measure_profile`) measured, for `cost_model_info`'s table: its fitted scale and
-    each measured batch size's forwards as a multiple of its one-token forward."""
+    premium, and each measured batch size's forwards as a multiple of its one-token forward."""
     seconds = {(rows, width): spent for rows, width, spent in profile["samples"]}
     batches = sorted({rows for rows, _ in seconds})
     return {
-        "measured_scale": profile["scale"],
+        "measured_scale": profile["scale"], "measured_premium": profile["premium"],
         "measured": {rows: [seconds[rows, width] / seconds[rows, 1] for width in WIDTHS] for rows in batches},
     }
 

@@ -54,12 +54,15 @@ def cost_model_markdown(cost: dict) -> str:
     beside what a profile measured here (`measure.measured_cost_info`, where bench ran one) and the declared scale."""
     widths, plain = cost["widths"], cost["plain_loses_from"]
     measured = cost.get("measured") or {}
-    scales = [f"the decoder prices with scale {cost['scale']:g} tokens, {cost['source']}"]
+    scales = [f"the decoder prices with scale {cost['scale']:g} tokens, premium {cost['premium']:g}, {cost['source']}"]
     if cost["scale"] != cost["declared_scale"]:
         scales.append(f"declared {cost['declared_scale']:g}")
     if measured:
-        scales.append(f"this run's profile fits {cost['measured_scale']:g}")
-    scales.append(f"a verifying step's own work {cost['verify_share']:g} of the fixed part")
+        scales.append(f"this run's profile fits {cost['measured_scale']:g}, premium {cost['measured_premium']:g}")
+    scales.append(
+        f"a wider forward's premium and a verifying step's own work ({cost['verify_share']:g}) are shares of the fixed "
+        "part"
+    )
     lines = [
         f"\n### forward cost model ({cost['device']}: {'; '.join(scales)}; generation/forward_cost.py)\n",
         "a forward of n tokens per row as a multiple of a one-token forward at the same batch size: "
@@ -72,7 +75,8 @@ def cost_model_markdown(cost: dict) -> str:
     ]
     for rows, priced in cost["relative"].items():
         for label, relative in (
-            ("measured", measured.get(rows)), (f"priced (scale {cost['scale']:g})", priced),
+            ("measured", measured.get(rows)),
+            (f"priced (scale {cost['scale']:g}, premium {cost['premium']:g})", priced),
             (f"declared (scale {cost['declared_scale']:g})", cost["declared"][rows]),
         ):
             if relative is not None:

@@ -55,18 +55,27 @@ def profile_path() -> Path:
     )
 
 
+@functools.lru_cache(maxsize=4)
+def _parsed(path: Path, stamp: tuple[int, int]) -> dict[str, dict]:
+    """The file at `path` as it was when its modification time and size were `stamp`: every `generate()` call
+    reads the stored profile, and a file is parsed once per version (another process's `store_profile` replaces
+    the file, so its stamp changes)."""
+    profiles = json.loads(path.read_text(encoding="utf-8"))
+    return profiles if isinstance(profiles, dict) else {}
+
+
 def stored_profiles() -> dict[str, dict]:
     """Every stored profile by its key (device and model, `cost_profile.profile_key`); an unreadable file counts
-    as none stored, with a warning (the next `store_profile` rewrites it)."""
+    as none stored, with a warning (the next `store_profile` rewrites it). Not to be changed: one parse is shared."""
     path = profile_path()
     try:
-        profiles = json.loads(path.read_text(encoding="utf-8"))
+        stat = path.stat()
+        return _parsed(path, (stat.st_mtime_ns, stat.st_size))
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as error:
         warnings.warn(f"forward cost profiles in {path} are unreadable ({error}); using none of them")
         return {}
-    return profiles if isinstance(profiles, dict) else {}
 
 
 def stored_profile(key: str) -> dict | None:

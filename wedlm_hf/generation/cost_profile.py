@@ -1,10 +1,12 @@
-"""The forward cost model's scale (`forward_cost.py`) for one model on its device: measured by a short profile,
-stored per device and model, and chosen per call by `wedlm_forward_scale`.
+"""The forward cost model (`forward_cost.py`) for one model on its device: measured by a short profile, stored per
+device and model, and chosen per call by `wedlm_forward_scale`.
 
 A profile times forwards of `WIDTHS` tokens per row after a cached context of `CONTEXT` tokens at `BATCHES` rows
 (medians of `REPEATS` interleaved, each shape after a warm-up forward and the whole after an untimed pass at batch 1, the device
-synchronized around each), stopping before a batch size that would run it past `BUDGET_S`, and fits the scale to
-them (`forward_cost.fitted_scale`); on a 2-vCPU AMD EPYC, about a second for the embedded checkpoint.
+synchronized around each), stopping before a batch size that would run it past `BUDGET_S`, and fits the scale and
+the wide forwards' premium to them (`forward_cost.fitted`); on a 2-vCPU AMD EPYC, about a second for the embedded
+checkpoint. A wider forward's tokens after its first are mask slots, as a decoding window's are, so a draft-only
+adapter's work at mask slots (`draft_adapter/gate.py`) is in its time.
 
 When it runs: only where asked, `wedlm_forward_scale="measure"` (the stored profile, else one measured now and
 stored) and `wedlm-hf bench` (which measures one to print it, and stores it with `--store-forward-cost`). The
@@ -24,11 +26,12 @@ import torch
 import transformers
 from transformers import DynamicCache, PreTrainedModel
 
-from .forward_cost import declared_scale, fitted_scale
+from .forward_cost import ForwardCost, fitted
+from .mask_slots import forward_with_mask_slots
 from .transformers_version import CACHE_KEYWORD
 
 BATCHES = (1, 8, 32)
-WIDTHS = (1, 4, 16)
+WIDTHS = (1, 2, 4, 16)
 CONTEXT = 32
 REPEATS = 5
 BUDGET_S = 2.0
@@ -57,9 +60,9 @@ def _synchronize(device: torch.device) -> None:
 
 @torch.inference_mode()
 def _batch_samples(model: PreTrainedModel, rows: int) -> list[tuple[int, int, float]]:
-    """(rows, width, median seconds) of a forward of each of `WIDTHS` tokens per row after `CONTEXT` cached ones,
-    the widths interleaved (a burst of other work on the machine slows all of them alike), the cache cropped back
-    to the context after each."""
+    """(rows, width, median seconds) of a forward of each of `WIDTHS` tokens per row after `CONTEXT` cached ones (all
+    but the first mask slots), the widths interleaved (a burst of other work on the machine slows all of them alike),
+    the cache cropped back to the context after each."""
     device, vocab_size = model.device, model.config.get_text_config().vocab_size
     generator = torch.Generator().manual_seed(rows)
     cache = DynamicCache()
@@ -74,12 +77,13 @@ def _batch_samples(model: PreTrainedModel, rows: int) -> list[tuple[int, int, fl
         )
         for width in WIDTHS
     }
+    masks = {width: torch.ones(rows, width - 1, dtype=torch.bool, device=device) for width in WIDTHS}
     seconds = {width: [] for width in WIDTHS}
     for _ in range(REPEATS + 1):  # the first: a warm-up of each width
         for width in WIDTHS:
             _synchronize(device)
             start = time.perf_counter()
-            model(**inputs[width])
+            forward_with_mask_slots(model, masks[width], **inputs[width])
             _synchronize(device)
             seconds[width].append(time.perf_counter() - start)
             cache.crop(-width)  # (transformers 5: a negative count of tokens to drop)
@@ -88,13 +92,15 @@ def _batch_samples(model: PreTrainedModel, rows: int) -> list[tuple[int, int, fl
 
 def _expected_seconds(samples: list[tuple[int, int, float]], rows: int) -> float:
     """What `_batch_samples` at `rows` rows will take, by the cost model fitted to the `samples` so far."""
-    scale = fitted_scale(samples)
-    per_token = statistics.mean(seconds / (scale + done * width) for done, width, seconds in samples)
+    scale, premium = fitted(samples)
+    per_token = statistics.mean(
+        seconds / (scale * (1 + premium * (width > 1)) + done * width) for done, width, seconds in samples
+    )
     return (REPEATS + 1) * per_token * sum(scale + rows * width for width in WIDTHS)
 
 
 def measure_profile(model: PreTrainedModel, budget_s: float = BUDGET_S) -> dict:
-    """Time the model's forwards here and fit the scale: the profile a store keeps (its `samples` are
+    """Time the model's forwards here and fit the scale and premium: the profile a store keeps (its `samples` are
     (rows, width, seconds))."""
     started, samples = time.perf_counter(), []
     _batch_samples(model, BATCHES[0])  # discarded: a process's first forwards run slow (allocations, kernel choice)
@@ -102,8 +108,9 @@ def measure_profile(model: PreTrainedModel, budget_s: float = BUDGET_S) -> dict:
         if samples and time.perf_counter() - started + _expected_seconds(samples, rows) > budget_s:
             break
         samples += _batch_samples(model, rows)
+    scale, premium = fitted(samples)
     return {
-        "scale": fitted_scale(samples), "samples": [list(sample) for sample in samples], "context": CONTEXT,
+        "scale": scale, "premium": premium, "samples": [list(sample) for sample in samples], "context": CONTEXT,
         "measured": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "torch": torch.__version__,
         "transformers": transformers.__version__,
     }
@@ -136,15 +143,17 @@ def stored_or_measured(model: PreTrainedModel) -> dict:
     return profile
 
 
-def chosen_scale(model: PreTrainedModel, setting: float | str | None) -> tuple[float, str]:
-    """The scale a call with `wedlm_forward_scale=setting` prices with, and where it came from: the number given,
-    the profile stored for this device and model (measured first with "measure"), or the device type's declared
-    scale ("declared", or "auto" where no profile is stored)."""
+def chosen_cost(model: PreTrainedModel, setting: float | str | None) -> tuple[ForwardCost, str]:
+    """The cost model a call with `wedlm_forward_scale=setting` prices with, and where it came from: the scale
+    given (no premium), the profile stored for this device and model (measured first with "measure"), or the device
+    type's declared model ("declared", or "auto" where no profile is stored)."""
+    device_type = model.device.type
     if setting not in (None, *CHOICES):
-        return float(setting), "given by wedlm_forward_scale"
+        return ForwardCost.declared(device_type, setting), "given by wedlm_forward_scale"
     if setting != "declared":
         profile = stored_or_measured(model) if setting == "measure" else STORE and STORE.read(model)
         if profile:
             where = "" if STORE is None else f" (stored in {STORE.location()})"
-            return float(profile["scale"]), f"measured here on {profile['measured']}{where}"
-    return float(declared_scale(model.device.type)), f"declared for {model.device.type}"
+            cost = ForwardCost.declared(device_type, profile["scale"], profile.get("premium", 0.0))
+            return cost, f"measured here on {profile['measured']}{where}"
+    return ForwardCost.declared(device_type), f"declared for {device_type}"

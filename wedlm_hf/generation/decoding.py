@@ -19,10 +19,9 @@ from transformers.generation.streamers import BaseStreamer
 from transformers.utils import logging
 
 from .attention import MASK_IMPLEMENTATIONS
-from .cost_profile import chosen_scale
+from .cost_profile import chosen_cost
 from .dynamic import DynamicBackend
 from .fill import SlotFiller
-from .forward_cost import ForwardCost
 from .lossless import LosslessPolicy
 from .options import KEYWORDS
 from .lookup import PromptLookup, TokenHistory
@@ -140,7 +139,7 @@ def prepare_decoding(
 ) -> DecodingSetup:
     """One decode's set-up, for `wedlm_decode` and continuous batching alike: the request checked, the settings
     resolved (`wedlm_keywords`, else the generation config, else defaults) and checked, the processors split from
-    the ids every forward suppresses, the window layout on `device`, the cost model's scale chosen for the model's
+    the ids every forward suppresses, the window layout on `device`, the cost model chosen for the model's
     device (`cost_profile.py`).
 
     `logits_processor` None means a caller outside `generate()`: the config's special tokens and processors are
@@ -153,7 +152,7 @@ def prepare_decoding(
     check_request(model, generation_config, model_kwargs or {}, synced_gpus)
     vocab_size = model.config.get_text_config().vocab_size
     settings = WeDLMSettings.resolve(generation_config, model.config, vocab_size, **wedlm_keywords)
-    settings = replace(settings, forward_scale=chosen_scale(model, settings.forward_scale)[0])
+    settings = replace(settings, forward_cost=chosen_cost(model, settings.forward_scale)[0])
     processors, suppressed = window_processors(settings, generation_config, logits_processor)
     check_settings(settings, model, generation_config, processors)
     layout = WindowLayout.create(settings.mask_token_id, settings.window_size, device, suppressed)
@@ -216,8 +215,7 @@ def start_decoding(
             layout, record, filler, state, adaptive, verifier, lookup, is_wedlm_trained(model), tree, beside=beside
         )
     else:
-        cost = ForwardCost.declared(input_ids.device.type, settings.forward_scale)
-        warn_if_window_does_not_pay(cost, input_ids.shape[0], settings.window_size)
+        warn_if_window_does_not_pay(settings.cost(input_ids.device.type), input_ids.shape[0], settings.window_size)
         policy = PlainPolicy(layout, record, filler, blockwise=settings.blockwise)
     return DecodeLoop(state, layout, record, policy, DynamicBackend(model, mask, prompt_padded))
 

@@ -20,10 +20,12 @@ tokens depend on its width: such a row checks the width that pays for it alone, 
 A row at zero drafts learns nothing of its drafts, so it tries one draft again now and then: one forward of three
 columns feeds the mask slots whose prediction is the draft, the next (four columns) verifies it. Tries wait
 `FIRST_AR_RUN` AR tokens, doubling up to `LONGEST_AR_RUN` while they fail and back when one passes, and are rationed
-by what they cost at the batch's size: a row's tries cost at most `TRY_ALLOWANCE` AR forwards plus `LOSS_BOUND` of
-its AR decoding plus the forwards its accepted drafts saved. (At batch 1 on a CPU a try costs about 0.7 AR forwards,
-so the waits decide: an answer whose drafts start to pass after its first few tokens is found within a few more; at
-batch 8 about 1.6, and the ration spaces the tries out.) One row's try widens the forward for all, so every row at
+by what they cost at the batch's size: a row's tries, its first included, cost at most `TRY_ALLOWANCE` AR forwards
+plus `LOSS_BOUND` of its AR decoding plus the forwards its accepted drafts saved. (At batch 1 on a CPU the declared
+model prices a try at about 0.7 AR forwards, so the waits decide: an answer whose drafts start to pass after its
+first few tokens is found within a few more; at batch 8 about 1.6, and the ration spaces the tries out. Where a
+profile measured a wider forward's premium, as SmolLM2-135M's 2.7 AR forwards per try on a 2-vCPU AMD EPYC, the first
+try waits until the row's AR decoding pays for it, so a short answer tries none.) One row's try widens the forward for all, so every row at
 zero drafts tries with it (but one with draws of its own); at a batch size where no width pays even if every draft
 passed, no row tries.
 
@@ -122,7 +124,7 @@ class DraftSchedule(PerRow):
         and the call's `wedlm_forward_scale` as `beside` more rows; the rows that sample with draws of their own
         are `own`."""
         most = max(settings.window_size - 2, 0)
-        cost = ForwardCost.declared(generated.device.type, settings.forward_scale)
+        cost = settings.cost(generated.device.type)
         own = sampling.sample.clone() if sampling is not None and sampling.of_requests else None
         schedule = cls(
             draft_limit=torch.zeros_like(generated),
@@ -134,6 +136,7 @@ class DraftSchedule(PerRow):
             most=most, cost=cost, keyed=own is not None, beside=beside,
         )
         schedule.draft_limit = schedule.widths()  # (drafts that would all pass: the first window's width)
+        schedule.try_at = torch.maximum(schedule.try_at, schedule.rationed(torch.zeros_like(generated)))
         return schedule
 
     def joined(self, other: "DraftSchedule") -> dict:

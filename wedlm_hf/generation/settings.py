@@ -13,6 +13,7 @@ from numbers import Integral
 from transformers import GenerationConfig, PreTrainedConfig
 from transformers.utils import logging
 
+from .forward_cost import ForwardCost
 from .options import BY_KEYWORD, BY_SETTING, OPTIONS
 
 logger = logging.get_logger(__name__)
@@ -35,9 +36,10 @@ class WeDLMSettings:
     lossless: bool = False
     draft_schedule: str = "adaptive"
     forward_scale: float | str | None = None
-    """The cost model's scale (`forward_cost.py`): a number once `prepare_decoding` chose it for the model's device
-    (`cost_profile.chosen_scale`), which reads "auto", "measure" and "declared"; None (settings built without a
-    model): the device type's declared one."""
+    """`wedlm_forward_scale` as given: a number, or "auto", "measure" or "declared" (`cost_profile.chosen_cost`)."""
+    forward_cost: ForwardCost | None = None
+    """The cost model the call prices its widths with (`forward_cost.py`), chosen for the model's device by
+    `prepare_decoding`; None (settings built without a model): see `cost`."""
     prompt_lookup: bool = False
     """Lossless mode also drafts from the context (`lookup.py`), `prompt_lookup_tokens` after a match of the last
     `prompt_lookup_ngram` tokens, `prompt_lookup_matches` matches at once where a tree verifies them (`tree.py`)."""
@@ -120,3 +122,11 @@ class WeDLMSettings:
                 "mask_token_id": int(mask_token_id),
             }
         )
+
+    def cost(self, device_type: str) -> ForwardCost:
+        """The cost model this call prices with: `forward_cost`, else the device type's declared model with the
+        scale given, if a number was."""
+        if self.forward_cost is not None:
+            return self.forward_cost
+        given = None if isinstance(self.forward_scale, str) else self.forward_scale
+        return ForwardCost.declared(device_type, given)
