@@ -21,9 +21,9 @@ else measured first and stored: `generation/cost_profile.py`).
 
 import argparse
 import datetime
-from dataclasses import replace
 import statistics
 import time
+from dataclasses import replace
 
 import torch
 from transformers import PreTrainedModel

@@ -86,10 +86,9 @@ class RssSampler:
 def cost_model_info(model: PreTrainedModel) -> dict:
     """The forward cost model the model's device and generation config give lossless decoding
     (`generation/forward_cost.py`): the scale and premium it prices with and where they came from
-    (`cost_profile.chosen_cost`),
-    its table of a forward of `cost_profile.WIDTHS` tokens per row as a multiple of a one-token forward at
-    `cost_profile.BATCHES` beside the declared scale's, and from which batch size plain mode's window costs more
-    than it commits."""
+    (`cost_profile.chosen_cost`), its table of a forward of `cost_profile.WIDTHS` tokens per row as a multiple of a
+    one-token forward at `cost_profile.BATCHES` beside the declared scale's, and from which batch size plain mode's
+    window costs more than it commits."""
     config = model.generation_config
     cost, source = chosen_cost(model, getattr(config, "wedlm_forward_scale", None))
     declared = ForwardCost.declared(model.device.type)
