@@ -134,7 +134,7 @@ def test_the_first_try_waits_until_the_row_s_ar_decoding_pays_for_it():
     cost more than the allowance), its first try is rationed like the others, and a short answer tries none."""
     generated = torch.zeros(1, dtype=torch.long)
     assert DraftSchedule.starting(generated, False, settings()).try_at.tolist() == [FIRST_AR_RUN]
-    dear = replace(settings(), forward_cost=ForwardCost.declared("cpu", 16, premium=1.0))
+    dear = replace(settings(), forward_scale=ForwardCost.declared("cpu", 16, premium=1.0))
     schedule = DraftSchedule.starting(generated, False, dear)
     per_try = schedule.prices(1).tokens_per_try
     assert per_try * LOSS_BOUND > TRY_ALLOWANCE

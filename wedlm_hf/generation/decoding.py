@@ -152,7 +152,7 @@ def prepare_decoding(
     check_request(model, generation_config, model_kwargs or {}, synced_gpus)
     vocab_size = model.config.get_text_config().vocab_size
     settings = WeDLMSettings.resolve(generation_config, model.config, vocab_size, **wedlm_keywords)
-    settings = replace(settings, forward_cost=chosen_cost(model, settings.forward_scale)[0])
+    settings = replace(settings, forward_scale=chosen_cost(model, settings.forward_scale)[0])
     processors, suppressed = window_processors(settings, generation_config, logits_processor)
     check_settings(settings, model, generation_config, processors)
     layout = WindowLayout.create(settings.mask_token_id, settings.window_size, device, suppressed)

@@ -35,11 +35,9 @@ class WeDLMSettings:
     blockwise: bool = False
     lossless: bool = False
     draft_schedule: str = "adaptive"
-    forward_scale: float | str | None = None
-    """`wedlm_forward_scale` as given: a number, or "auto", "measure" or "declared" (`cost_profile.chosen_cost`)."""
-    forward_cost: ForwardCost | None = None
-    """The cost model the call prices its widths with (`forward_cost.py`), chosen for the model's device by
-    `prepare_decoding`; None (settings built without a model): see `cost`."""
+    forward_scale: float | str | ForwardCost | None = None
+    """`wedlm_forward_scale` as given (a number, "auto", "measure" or "declared"), replaced by the cost model it
+    chooses for the model's device (`cost_profile.chosen_cost`) once `prepare_decoding` has read it; see `cost`."""
     prompt_lookup: bool = False
     """Lossless mode also drafts from the context (`lookup.py`), `prompt_lookup_tokens` after a match of the last
     `prompt_lookup_ngram` tokens, `prompt_lookup_matches` matches at once where a tree verifies them (`tree.py`)."""
@@ -124,9 +122,9 @@ class WeDLMSettings:
         )
 
     def cost(self, device_type: str) -> ForwardCost:
-        """The cost model this call prices with: `forward_cost`, else the device type's declared model with the
-        scale given, if a number was."""
-        if self.forward_cost is not None:
-            return self.forward_cost
+        """The cost model this call prices with: the one chosen for it, else (settings built without a model) the
+        device type's declared model with the scale given, if a number was."""
+        if isinstance(self.forward_scale, ForwardCost):
+            return self.forward_scale
         given = None if isinstance(self.forward_scale, str) else self.forward_scale
         return ForwardCost.declared(device_type, given)
