@@ -24,10 +24,10 @@ by what they cost at the batch's size: a row's tries, its first included, cost a
 plus `LOSS_BOUND` of its AR decoding plus the forwards its accepted drafts saved. (At batch 1 on a CPU the declared
 model prices a try at about 0.7 AR forwards, so the waits decide: an answer whose drafts start to pass after its
 first few tokens is found within a few more; at batch 8 about 1.6, and the ration spaces the tries out. Where a
-profile measured a wider forward's premium, as SmolLM2-135M's 2.7 AR forwards per try on a 2-vCPU AMD EPYC, the first
-try waits until the row's AR decoding pays for it, so a short answer tries none.) One row's try widens the forward for all, so every row at
-zero drafts tries with it (but one with draws of its own); at a batch size where no width pays even if every draft
-passed, no row tries.
+profile measured a wider forward's premium, as SmolLM2-135M's 2.7 AR forwards per try on a 2-vCPU AMD EPYC, the
+first try waits until the row's AR decoding pays for it, so a short answer tries none.) One row's try widens the
+forward for all, so every row at zero drafts tries with it (but one with draws of its own); at a batch size where no
+width pays even if every draft passed, no row tries.
 
 Where the row starts is what is known before any verification: a model not trained for WeDLM
 (`support.is_wedlm_trained`) at zero drafts, a trained one at the width that pays where every draft passes (its
