@@ -13,8 +13,8 @@ model whose weights outgrow the caches runs matrix-vector products, and a second
 matrix-matrix kernels (SmolLM2-135M in float32, 1 thread, 2-vCPU AMD EPYC, 2026-12-07: 2 tokens per row 1.85x one
 token at batch 1, 4 tokens 1.59x, 17 tokens 2.56x, `scripts/draft_adapter_cost.py`), which no scale expresses:
 `premium` of the fixed part, paid by every wider forward. A step that verifies drafts also does more of the
-decoder's own work around its forward than a one-column step does (some 140 small tensor ops against a dozen: gathering, verifying, shifting, filling):
-`verify_share` of the fixed part.
+decoder's own work around its forward than a one-column step does (some 140 small tensor ops against a dozen:
+gathering, verifying, shifting, filling): `verify_share` of the fixed part.
 
 The scale is declared per device type (`SCALES`, with no premium), or measured on the device for one model with its
 premium (`cost_profile.py` times a few forwards and `fitted` fits both; the installed package stores them per device
