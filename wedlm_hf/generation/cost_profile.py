@@ -3,9 +3,9 @@ device and model, and chosen per call by `wedlm_forward_scale`.
 
 A profile times forwards of `WIDTHS` tokens per row after a cached context of `CONTEXT` tokens at `BATCHES` rows
 (medians of `REPEATS` interleaved, each shape after a warm-up forward and the whole after an untimed pass at batch
-1, the device synchronized around each), stopping before a batch size that would run it past `BUDGET_S`, and fits the scale and
-the wide forwards' premium to them (`forward_cost.fitted`); on a 2-vCPU AMD EPYC, about a second for the embedded
-checkpoint. A wider forward's tokens after its first are mask slots, as a decoding window's are, so a draft-only
+1, the device synchronized around each), stopping before a batch size that would run it past `BUDGET_S`, and fits
+the scale and the wide forwards' premium to them (`forward_cost.fitted`); on a 2-vCPU AMD EPYC, about a second for
+the embedded checkpoint. A wider forward's tokens after its first are mask slots, as a decoding window's are, so a draft-only
 adapter's work at mask slots (`draft_adapter/gate.py`) is in its time.
 
 When it runs: only where asked, `wedlm_forward_scale="measure"` (the stored profile, else one measured now and
