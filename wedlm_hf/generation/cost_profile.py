@@ -5,8 +5,8 @@ A profile times forwards of `WIDTHS` tokens per row after a cached context of `C
 (medians of `REPEATS` interleaved, each shape after a warm-up forward and the whole after an untimed pass at batch
 1, the device synchronized around each), stopping before a batch size that would run it past `BUDGET_S`, and fits
 the scale and the wide forwards' premium to them (`forward_cost.fitted`); on a 2-vCPU AMD EPYC, about a second for
-the embedded checkpoint. A wider forward's tokens after its first are mask slots, as a decoding window's are, so a draft-only
-adapter's work at mask slots (`draft_adapter/gate.py`) is in its time.
+the embedded checkpoint. A wider forward's tokens after its first are mask slots, as a decoding window's are, so a
+draft-only adapter's work at mask slots (`draft_adapter/gate.py`) is in its time.
 
 When it runs: only where asked, `wedlm_forward_scale="measure"` (the stored profile, else one measured now and
 stored) and `wedlm-hf bench` (which measures one to print it, and stores it with `--store-forward-cost`). The
