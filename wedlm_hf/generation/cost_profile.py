@@ -93,10 +93,9 @@ def _batch_samples(model: PreTrainedModel, rows: int) -> list[tuple[int, int, fl
 def _expected_seconds(samples: list[tuple[int, int, float]], rows: int) -> float:
     """What `_batch_samples` at `rows` rows will take, by the cost model fitted to the `samples` so far."""
     scale, premium = fitted(samples)
-    per_token = statistics.mean(
-        seconds / (scale * (1 + premium * (width > 1)) + done * width) for done, width, seconds in samples
-    )
-    return (REPEATS + 1) * per_token * sum(scale + rows * width for width in WIDTHS)
+    cost = ForwardCost(scale, verify_share=0.0, premium=premium)
+    per_token = statistics.mean(seconds / cost.forward(done, width) for done, width, seconds in samples)
+    return (REPEATS + 1) * per_token * sum(cost.forward(rows, width) for width in WIDTHS)
 
 
 def measure_profile(model: PreTrainedModel, budget_s: float = BUDGET_S) -> dict:

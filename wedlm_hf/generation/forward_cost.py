@@ -62,10 +62,14 @@ class ForwardCost:
         """The time of a step feeding `tokens` in all (a number, or a tensor of them; `verifies` alike)."""
         return self.scale + tokens + (self.premium + self.verify_share) * self.scale * verifies
 
+    def forward(self, rows: int, columns: int) -> float:
+        """The time of the forward alone (no verifying work) of `columns` per row at `rows` rows."""
+        return self.step(rows * columns) + self.premium * self.scale * (columns > 1)
+
     def relative(self, rows: int, columns: int) -> float:
         """A forward of `columns` per row as a multiple of a one-column forward, at `rows` rows (the forward alone,
         as issue 47's table measured it)."""
-        return (self.step(rows * columns) + self.premium * self.scale * (columns > 1)) / self.step(rows)
+        return self.forward(rows, columns) / self.forward(rows, 1)
 
     def loses_from(self, columns: int, tokens: float) -> int | None:
         """The smallest batch size from which a step feeding `columns` per row and committing `tokens` per row
