@@ -18,8 +18,8 @@ from wedlm_hf import WeDLMConfig, WeDLMForCausalLM
 from wedlm_vllm import DrafterOptions, speculative_config
 from wedlm_vllm.config import WeDLMVllmConfig
 from wedlm_vllm.checks import request_refusal
-from wedlm_vllm.cost import forward_scale, priced
-from wedlm_vllm.schedule import PROBE_PERIOD, LastForward, gain_per_token, mask_slots, next_width, split
+from wedlm_vllm.cost import forward_scale, pays_at, priced
+from wedlm_vllm.schedule import DRAFT_SHARE, PROBE_PERIOD, LastForward, gain_per_token, mask_slots, next_width, split
 from wedlm_vllm.step import Row
 
 HUB_CONFIGS = sorted(Path(wedlm_hf.__file__).parent.joinpath("hub_configs").glob("*/config.json"))
@@ -98,6 +98,13 @@ def test_split_gives_drafts_at_most_half_the_width():
 def test_drafts_are_kept_where_they_pay_at_the_batch_size(rows, scale, kept):
     """Drafts that all pass: half of a width of 24 passes."""
     assert sum(width > 0 for width in priced([24] * rows, [0.5] * rows, scale)) == kept
+
+
+@pytest.mark.parametrize("scale", [1, 7, 24, 2048])
+def test_pays_at_agrees_with_priced(scale):
+    """`pays_at` (the drafter's shortcut past per-request planning) agrees with `priced` at its best gain."""
+    for rows in range(1, 2 * scale + 3):
+        assert any(priced([24] * rows, [DRAFT_SHARE] * rows, scale)) == pays_at(rows, scale), rows
 
 
 def test_the_best_requests_draft_first_and_failing_ones_not_at_all():

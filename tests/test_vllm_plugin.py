@@ -183,13 +183,40 @@ def test_chunked_prefill_and_preemption_keep_output_and_drafting(tiny_wedlm, man
     assert tokens_per_forward(llm, prompts, reference, batched=True) >= 0.9 * eager
 
 
+def count_sampling_steps(worker) -> None:
+    """In the worker: count the steps sampled plainly and those run through the rejection sampler."""
+    runner = worker.model_runner
+    runner.wedlm_steps = {"plain": 0, "rejection": 0}
+    for name, sampler in (("plain", runner.sampler), ("rejection", runner.rejection_sampler)):
+        def counted(*args, _name=name, _forward=sampler.forward, **kwargs):
+            runner.wedlm_steps[_name] += 1
+            return _forward(*args, **kwargs)
+
+        sampler.forward = counted
+
+
+def sampling_steps(worker) -> dict[str, int]:
+    return dict(worker.model_runner.wedlm_steps)
+
+
 def test_drafts_stop_where_the_batch_makes_them_cost_more_than_they_save(many_reference, tiny_reference):
-    """A CPU's cost scale (24 tokens per step's fixed cost): 48 requests at once run as one-token forwards but for
-    probes, one request alone drafts as ever; the output is the same either way."""
+    """A CPU's cost scale (24 tokens per step's fixed cost): 48 requests at once run as one-token forwards, sampled
+    on vLLM's plain path (no rejection sampler over zero drafts); one request alone drafts as ever; the output is
+    the same either way."""
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
     prompts, reference = many_reference
     llm = LLM(model=str(TINY), speculative_config=wedlm_vllm.speculative_config(forward_scale=24), **ENGINE)
+    llm.collective_rpc(count_sampling_steps)
     assert tokens_per_forward(llm, prompts, reference, batched=True) < 1.2
+    crowded = llm.collective_rpc(sampling_steps)[0]
     assert tokens_per_forward(llm, COUNTING, tiny_reference[: len(COUNTING)]) >= 1 / 0.15
+    alone = llm.collective_rpc(sampling_steps)[0]
+    # the rejection sampler samples through the plain sampler: "plain" counts every step, "rejection" those verifying
+    assert crowded["rejection"] < crowded["plain"] / 10, crowded
+    steps, verifying = alone["plain"] - crowded["plain"], alone["rejection"] - crowded["rejection"]
+    assert verifying > 0.75 * steps, (crowded, alone)  # all but each prompt's own step
 
 
 def test_per_request_control(tiny_wedlm, tiny_reference):

@@ -14,6 +14,7 @@ taking the best first.
 """
 
 from . import hf_files
+from .schedule import DRAFT_SHARE
 
 forward_cost = hf_files.load("generation/forward_cost.py")
 """`wedlm_hf`'s cost model, whose declared scales (`SCALES`, `DEFAULT_SCALE`) the drafter prices with too."""
@@ -22,6 +23,13 @@ forward_cost = hf_files.load("generation/forward_cost.py")
 def forward_scale(device_type: str, override: int | None = None) -> int:
     """The scale the drafter prices with: `override` (the `forward_scale` option), else the device type's."""
     return override if override is not None else forward_cost.declared_scale(device_type)
+
+
+def pays_at(requests: int, scale: float) -> bool:
+    """Whether any width can pay at a step of `requests` requests: the best a draft token can gain is
+    `DRAFT_SHARE` (every draft passing), and the first request `priced` keeps needs `gain * (scale + B) > B`,
+    so from `B = scale * DRAFT_SHARE / (1 - DRAFT_SHARE)` on no request drafts, whatever its acceptance."""
+    return requests * (1 - DRAFT_SHARE) < DRAFT_SHARE * scale
 
 
 def priced(widths: list[int], gains: list[float], scale: float) -> list[int]:

@@ -21,7 +21,7 @@ from vllm.config import VllmConfig
 
 from .checks import request_slots
 from .config import check_model
-from .cost import forward_scale, priced
+from .cost import forward_scale, pays_at, priced
 from .counters import zeroed
 from .options import DRAFTER_CLASS, DrafterOptions
 from .schedule import LastForward, gain_per_token, is_probe, next_width, split
@@ -58,6 +58,9 @@ class WeDLMDrafter:
         self.tap: LogitsTap | None = None
         self.rows: list[Row] | None = None
         """The step just run, one row per request (`read_step`); None where it could not be read."""
+        self.nothing_pays = False
+        """Whether the step just run verified no draft at a batch too large for any draft to pay (`read_step`):
+        then nothing is planned, per request, for the next."""
         self.stats = zeroed()
         device_type = getattr(getattr(vllm_config, "device_config", None), "device_type", "cuda")
         self.scale = forward_scale(device_type, self.options.forward_scale)
@@ -74,7 +77,13 @@ class WeDLMDrafter:
 
     def read_step(self, runner, scheduler_output, spec_decode_metadata) -> None:
         """Called by the runner before `propose` (`step.install_hand_off`)."""
-        self.rows = read_rows(runner, scheduler_output, spec_decode_metadata, self.mask_token_id, request_slots)
+        self.nothing_pays = (
+            not scheduler_output.scheduled_spec_decode_tokens
+            and not pays_at(len(runner.input_batch.req_ids), self.scale)
+            and not self.options.prompt_lookup
+        )
+        if not self.nothing_pays:
+            self.rows = read_rows(runner, scheduler_output, spec_decode_metadata, self.mask_token_id, request_slots)
 
     def propose(
         self,
@@ -86,6 +95,12 @@ class WeDLMDrafter:
         """Per request (rows of vLLM's input batch, in the forward's order): drafts, then mask slots."""
         rows, logits = self.rows, self.tap.take()
         self.rows = None
+        if self.nothing_pays:  # every request fed one token and got at most one: count them, draft nothing
+            self.nothing_pays = False
+            returned = sum(1 for sampled in sampled_token_ids if sampled)
+            self.stats["forwards"] += returned
+            self.stats["tokens"] += returned
+            return [[] for _ in sampled_token_ids]
         if rows is None or len(rows) < len(sampled_token_ids):  # not read: no drafts this step, output unchanged
             return [[] for _ in sampled_token_ids]
         plans = []
@@ -120,8 +135,10 @@ class WeDLMDrafter:
 
     def _price(self, plans: list[Plan]) -> None:
         """Set to 0 the widths whose expected accepted drafts do not pay for their tokens at this batch's size
-        (`cost.priced`); a probe (two mask slots after one-token forwards) always runs, so a width can return."""
-        priceable = [plan for plan in plans if not is_probe(plan.last, plan.width)]
+        (`cost.priced`); a probe (two mask slots after one-token forwards) runs wherever some width can pay at
+        this batch's size, so a width can return once the batch is small enough."""
+        probes_run = pays_at(len(plans), self.scale)
+        priceable = [plan for plan in plans if not (probes_run and is_probe(plan.last, plan.width))]
         gains = [gain_per_token(plan.last) for plan in priceable]
         widths = priced([plan.width for plan in priceable], gains, self.scale)
         for plan, width in zip(priceable, widths):

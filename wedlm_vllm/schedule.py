@@ -5,8 +5,9 @@ sampler accepted, so the drafter keeps no state between forwards: nothing to key
 engines or a reordered batch could mix up. It follows `wedlm_hf`'s adaptive draft schedule in spirit: a request
 starts at `START_WIDTH`; a forward whose drafts all pass widens it (doubling, up to the slot budget), a rejection
 narrows it to what was accepted (none accepted: one-token forwards, plain vLLM's cost), and a request at
-one-token forwards tries two mask slots whenever its output length is a multiple of `PROBE_PERIOD`, so a model whose
-drafts start to pass again gets its width back.
+one-token forwards tries two mask slots whenever its output length is a multiple of `PROBE_PERIOD` (at a batch
+small enough for some draft to pay: `cost.pays_at`), so a model whose drafts start to pass again gets its width
+back.
 """
 
 from dataclasses import dataclass

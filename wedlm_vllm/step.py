@@ -8,6 +8,12 @@ or a CUDA graph replayed whole hides nothing from it.
 - Which request each row is and what it fed: the runner hands its own `propose_draft_token_ids` the step's
   `scheduler_output` and `spec_decode_metadata`, which `propose()` is not given; a wrapper on that method reads
   them into one `Row` per request of the input batch, in the order of `propose()`'s rows.
+
+One thing it changes in the runner: a step that verifies no draft (every request feeding one token, as at a batch
+too large for drafts to pay) takes vLLM's plain sampling path instead of running the rejection sampler on zero
+drafts, which costs about 5% of such a step on a CPU at 48 requests (docs/vllm.md). The plugin serves attention
+models only, for which a step with no drafts is a plain step (vLLM counts it as a speculative one for recurrent
+layers' state).
 """
 
 import functools
@@ -106,8 +112,9 @@ class LogitsTap:
 
 
 def install_hand_off() -> None:
-    """Wrap the runner's `propose_draft_token_ids` so that a drafter with `read_step` sees the step; once per
-    process (the drafter calls it when vLLM builds it, inside the worker)."""
+    """Wrap the runner's `propose_draft_token_ids` so that a drafter with `read_step` sees the step, and its
+    `_prepare_inputs` so that a step verifying no draft is sampled plainly; once per process (the drafter calls it
+    when vLLM builds it, inside the worker)."""
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     if getattr(GPUModelRunner, "_wedlm_hand_off", False):
@@ -123,5 +130,19 @@ def install_hand_off() -> None:
             read_step(self, arguments["scheduler_output"], arguments["spec_decode_metadata"])
         return original(self, *args, **kwargs)
 
+    prepare_inputs = GPUModelRunner._prepare_inputs
+
+    @functools.wraps(prepare_inputs)
+    def _prepare_inputs(self, scheduler_output, *args, **kwargs):
+        drafter = getattr(self, "drafter", None)
+        if scheduler_output.scheduled_spec_decode_tokens or not hasattr(drafter, "read_step"):
+            return prepare_inputs(self, scheduler_output, *args, **kwargs)
+        config, self.speculative_config = self.speculative_config, None  # no draft to verify: the plain path
+        try:
+            return prepare_inputs(self, scheduler_output, *args, **kwargs)
+        finally:
+            self.speculative_config = config
+
     GPUModelRunner.propose_draft_token_ids = propose_draft_token_ids
+    GPUModelRunner._prepare_inputs = _prepare_inputs
     GPUModelRunner._wedlm_hand_off = True
