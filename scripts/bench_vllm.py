@@ -1,6 +1,8 @@
 """WeDLM drafting inside vLLM against plain vLLM, side by side in one run (run in the vLLM environment).
 
-Both engines are built in this process (each with its own engine-core process) from the same checkpoint, under
+Both engines are built in this process (each with its own engine-core process; with `--in-process`, inside this
+one, where each process's placement on the cores, which moved the ratio by about 10% between runs on a 2-core
+machine, is the same for both arms) from the same checkpoint, under
 vLLM's default compilation (`--eager` for enforce_eager); per repeat, each prompt runs alone through one and then
 the other (the order alternating between repeats), so load drift hits both alike; `--concurrent N` sends the set
 repeated to N requests at once instead. Printed per prompt set, `wedlm-hf bench`-style: tokens returned per target forward, the
@@ -41,6 +43,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--eager", action="store_true", help="enforce_eager=True (default: vLLM's compilation)")
     parser.add_argument("--concurrent", type=int, default=None, metavar="N",
                         help="send N requests at once (the set repeated), not one prompt at a time")
+    parser.add_argument("--in-process", action="store_true",
+                        help="both engines' cores in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0): no placement of "
+                             "four processes on the cores between the arms; the steps run serially with the frontend")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", default=None, metavar="PATH", help="write the results as JSON")
@@ -92,6 +97,8 @@ def run_set(plain: LLM, wedlm: LLM, prompts: list[str], args: argparse.Namespace
 
 def main() -> None:
     args = parse_args()
+    if args.in_process:  # read by vLLM when it builds an engine
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     sets = {}
     for item in args.set:
         name, _, path = item.partition("=")
@@ -104,7 +111,7 @@ def main() -> None:
     for llm in (plain, wedlm):
         llm.generate(["1, 2, 3,"], warm, use_tqdm=False)
     results = {name: run_set(plain, wedlm, prompts, args) for name, prompts in sets.items()}
-    mode = "eager" if args.eager else "compiled"
+    mode = ("eager" if args.eager else "compiled") + (", engines in this process" if args.in_process else "")
     at_once = f"{args.concurrent} requests at once" if args.concurrent else "one request at a time"
     print(f"model {args.model}, {args.slots} slots, {args.max_tokens} new tokens, {mode}, {at_once}, "
           f"medians of {args.repeats} repeats")
