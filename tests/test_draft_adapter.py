@@ -100,9 +100,14 @@ def test_a_forward_without_mask_slots_skips_the_adapter(monkeypatch):
     from wedlm_hf.draft_adapter import gate
 
     model = adapted("llama")
-    calls = []
-    linear = torch.nn.functional.linear
-    monkeypatch.setattr(gate, "F", SimpleNamespace(linear=lambda *args: calls.append(1) or linear(*args)))
+    calls, linear = [], torch.nn.functional.linear
+    deltas = {id(weight) for name, weight in model.named_parameters() if ".lora_" in name}
+
+    def counted(x, weight, *args):
+        calls.extend([1] * (id(weight) in deltas))
+        return linear(x, weight, *args)
+
+    monkeypatch.setattr(gate, "F", SimpleNamespace(linear=counted))
     ids, attention = random_prompts([6, 4], seed=5)
     ids[0, -1] = MASK_ID  # reads as the mask, is no mask slot
     with torch.no_grad():
@@ -114,6 +119,18 @@ def test_a_forward_without_mask_slots_skips_the_adapter(monkeypatch):
         forward_with_mask_slots(model, torch.ones(1, 2, dtype=torch.bool), input_ids=torch.full((1, 5), MASK_ID))
     assert torch.equal(out, base) and len(calls) == 2 * 7 * 2  # A and B of 7 projections in each of 2 layers
     assert MASK_SLOTS.get() is None  # reset when the forward returned
+
+
+def test_a_base_layer_with_a_hook_is_called_as_a_module_where_the_adapter_is_skipped():
+    """The gate applies a plain linear base layer directly, but not one with hooks: they still run."""
+    model = adapted("llama")
+    layer = next(module for name, module in model.named_modules() if name.endswith("q_proj.base_layer"))
+    hooked = []
+    layer.register_forward_hook(lambda *args: hooked.append(1))
+    ids, attention = random_prompts([6, 4], seed=5)
+    with torch.no_grad():
+        model(input_ids=ids, attention_mask=attention)
+    assert hooked == [1]
 
 
 def test_without_mask_slots_a_gated_layer_is_its_base_layer_unless_another_adapter_shares_it(monkeypatch):

@@ -25,7 +25,7 @@ def gate_draft_only_adapters(model: torch.nn.Module) -> int | None:
         raise ValueError(f"draft-only adapters with different decoding defaults on one model: {defaults}")
     from peft.tuners.lora.layer import Linear as LoraLinear, LoraLayer
 
-    from .gate import DraftOnlyLora, skip_without_mask_slots  # PEFT's variant class: imported once a model needs it
+    from .gate import DraftOnlyLora, gate  # PEFT's variant class: imported once a model needs it
 
     base, gated = unwrapped(model), False
     for name, module in base.named_modules():
@@ -37,8 +37,7 @@ def gate_draft_only_adapters(model: torch.nn.Module) -> int | None:
             if module.merged:
                 raise ValueError(f"{name}: the draft-only adapter {adapter!r} was merged into the weights; reload it")
             if not isinstance(module.lora_variant.get(adapter), DraftOnlyLora):
-                module.lora_variant[adapter] = DraftOnlyLora()
-                skip_without_mask_slots(module)
+                gate(module, adapter)
                 gated = True
     mask_id = next(iter(marked.values()))
     if gated:
