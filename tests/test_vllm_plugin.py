@@ -219,6 +219,45 @@ def test_drafts_stop_where_the_batch_makes_them_cost_more_than_they_save(many_re
     assert verifying > 0.75 * steps, (crowded, alone)  # all but each prompt's own step
 
 
+@pytest.mark.parametrize("requests", [3, 48])
+@pytest.mark.parametrize(
+    "outputs, fed, spec, small",
+    [
+        ([5, 9, 70], [1, 1, 1], {}, True),  # one-token decode steps, none due to probe: nothing to plan
+        ([5, 64, 70], [1, 1, 1], {}, False),  # one due to probe
+        ([5, 1, 70], [1, 7, 1], {}, False),  # one request's prompt step
+        ([5, 0, 70], [1, 4, 1], {}, False),  # a prompt chunk before its last (read and planned, to be safe)
+        ([5, 9, 70], [1, 1, 3], {2: [11, 12]}, False),  # drafts verified
+    ],
+)
+def test_nothing_is_planned_only_where_every_next_width_is_zero(requests, outputs, fed, spec, small):
+    """The drafter's shortcut (`_nothing_to_plan`): at a batch where some draft can pay (3 requests) it is taken on
+    one-token decode steps where no request is due to probe, and then `next_width` gives every request 0; where
+    no draft can pay (48 requests at the CPU scale), on every step that verified no draft."""
+    from types import SimpleNamespace
+
+    from wedlm_vllm.drafter import WeDLMDrafter
+    from wedlm_vllm.schedule import LastForward, next_width
+
+    ids = [f"r{index}" for index in range(requests)]
+    pattern = [(outputs[i % 3], fed[i % 3], spec.get(i % 3, [])) for i in range(requests)]
+    runner = SimpleNamespace(
+        input_batch=SimpleNamespace(req_ids=ids),
+        requests={id_: SimpleNamespace(output_token_ids=[0] * out) for id_, (out, _, _) in zip(ids, pattern)},
+    )
+    scheduled = SimpleNamespace(
+        scheduled_spec_decode_tokens={id_: tokens for id_, (_, _, tokens) in zip(ids, pattern) if tokens},
+        num_scheduled_tokens={id_: count for id_, (_, count, _) in zip(ids, pattern)},
+    )
+    drafter = SimpleNamespace(options=SimpleNamespace(prompt_lookup=False), scale=24)
+    taken = WeDLMDrafter._nothing_to_plan(drafter, runner, scheduled)
+    assert taken == (small if requests == 3 else not spec)
+    if taken and requests == 3:
+        assert not any(
+            next_width(LastForward(0, 0, 0, count > 1 or out == 1, out), 16) for out, count, _ in pattern if out
+        )
+
+
 def test_per_request_control(tiny_wedlm, tiny_reference):
     """`extra_args={"wedlm_slots": N}`: 0 switches drafting off for that request, N caps its forwards; a malformed
     value is refused in one line naming the option."""

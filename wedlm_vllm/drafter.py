@@ -24,7 +24,7 @@ from .config import check_model
 from .cost import forward_scale, pays_at, priced
 from .counters import zeroed
 from .options import DRAFTER_CLASS, DrafterOptions
-from .schedule import LastForward, gain_per_token, is_probe, next_width, split
+from .schedule import LastForward, gain_per_token, is_probe, next_width, probes_at, split
 from .step import LogitsTap, Row, install_hand_off, read_rows
 
 LOOKUP_NGRAM = 2
@@ -58,9 +58,9 @@ class WeDLMDrafter:
         self.tap: LogitsTap | None = None
         self.rows: list[Row] | None = None
         """The step just run, one row per request (`read_step`); None where it could not be read."""
-        self.nothing_pays = False
-        """Whether the step just run verified no draft at a batch too large for any draft to pay (`read_step`):
-        then nothing is planned, per request, for the next."""
+        self.nothing_to_plan = False
+        """Whether every request's next width is 0 whatever its acceptance (`read_step`): then nothing is
+        planned, per request, for the next step."""
         self.stats = zeroed()
         device_type = getattr(getattr(vllm_config, "device_config", None), "device_type", "cuda")
         self.scale = forward_scale(device_type, self.options.forward_scale)
@@ -77,13 +77,25 @@ class WeDLMDrafter:
 
     def read_step(self, runner, scheduler_output, spec_decode_metadata) -> None:
         """Called by the runner before `propose` (`step.install_hand_off`)."""
-        self.nothing_pays = (
-            not scheduler_output.scheduled_spec_decode_tokens
-            and not pays_at(len(runner.input_batch.req_ids), self.scale)
-            and not self.options.prompt_lookup
-        )
-        if not self.nothing_pays:
+        self.nothing_to_plan = self._nothing_to_plan(runner, scheduler_output)
+        if not self.nothing_to_plan:
             self.rows = read_rows(runner, scheduler_output, spec_decode_metadata, self.mask_token_id, request_slots)
+
+    def _nothing_to_plan(self, runner, scheduler_output) -> bool:
+        """Whether the step verified no draft (every request fed one token or a prompt chunk) and either no draft
+        can pay at the batch's size or every request fed one token of its decode and none is due to probe: then
+        every next width is 0 (`schedule.next_width`), found without reading and planning each request."""
+        if scheduler_output.scheduled_spec_decode_tokens or self.options.prompt_lookup:
+            return False
+        req_ids = runner.input_batch.req_ids
+        if not pays_at(len(req_ids), self.scale):
+            return True
+        fed, requests = scheduler_output.num_scheduled_tokens, runner.requests
+        for req_id in req_ids:
+            outputs = len(requests[req_id].output_token_ids)
+            if fed.get(req_id) != 1 or outputs <= 1 or probes_at(outputs):
+                return False
+        return True
 
     def propose(
         self,
@@ -95,8 +107,8 @@ class WeDLMDrafter:
         """Per request (rows of vLLM's input batch, in the forward's order): drafts, then mask slots."""
         rows, logits = self.rows, self.tap.take()
         self.rows = None
-        if self.nothing_pays:  # every request fed one token and got at most one: count them, draft nothing
-            self.nothing_pays = False
+        if self.nothing_to_plan:  # every request fed one token and got at most one: count them, draft nothing
+            self.nothing_to_plan = False
             returned = sum(1 for sampled in sampled_token_ids if sampled)
             self.stats["forwards"] += returned
             self.stats["tokens"] += returned

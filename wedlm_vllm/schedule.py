@@ -49,8 +49,13 @@ def next_width(last: LastForward, budget: int) -> int:
             return last.drafts + last.masks
         return min(budget, 2 * last.accepted + 2)
     if last.masks == 0:  # a one-token forward, or prompt-lookup drafts only
-        return min(budget, 2) if last.length % PROBE_PERIOD == 0 else 0
+        return min(budget, 2) if probes_at(last.length) else 0
     return min(budget, 2 * (last.drafts + last.masks) + 2)
+
+
+def probes_at(length: int) -> bool:
+    """Whether a request at one-token forwards with `length` output tokens probes in its next forward."""
+    return length % PROBE_PERIOD == 0
 
 
 def is_probe(last: LastForward, width: int) -> bool:
