@@ -104,8 +104,8 @@ def main() -> None:
         print(f"| {arm} | {1000 * median[arm]:.1f} ({ratio:.3f}x greedy) | {forwards[arm][-1]} | {wider[arm][-1]} |")
     cost, source = chosen_cost(model, "auto")
     further = statistics.median(kinds["one column, further"])
-    print(f"\nthe lossless decodes' forwards, by kind (every round but the warm-up), against the one-column forwards further than {AFTER} "
-          f"from a wider one; the cost model ({source}) prices verifying steps by their columns\n"
+    print(f"\nthe lossless decodes' forwards, by kind (every round but the warm-up), against the one-column forwards "
+          f"further than {AFTER} from a wider one; the cost model ({source}) prices verifying steps by their columns\n"
           "| kind | forwards | median ms | against further | priced |\n|---|---|---|---|---|")
     for kind in sorted(kinds):
         ms = statistics.median(kinds[kind])
