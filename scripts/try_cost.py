@@ -103,6 +103,8 @@ def main() -> None:
         ratio = statistics.median(g / a for g, a in zip(seconds["greedy generate()"][1:], seconds[arm][1:]))
         print(f"| {arm} | {1000 * median[arm]:.1f} ({ratio:.3f}x greedy) | {forwards[arm][-1]} | {wider[arm][-1]} |")
     cost, source = chosen_cost(model, "auto")
+    if not kinds["one column, further"]:
+        raise SystemExit(f"no one-column forward came further than {AFTER} from a wider one: raise --new-tokens")
     further = statistics.median(kinds["one column, further"])
     print(f"\nthe lossless decodes' forwards, by kind (every round but the warm-up), against the one-column forwards "
           f"further than {AFTER} from a wider one; the cost model ({source}) prices verifying steps by their columns\n"
